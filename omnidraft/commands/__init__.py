@@ -1,0 +1,1 @@
+"""Subcommands of the `omnidraft` CLI, discovered by omnidraft.cli (one module each)."""
