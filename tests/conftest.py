@@ -1,0 +1,28 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from omnidraft.models import gguf_tokenizers
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer_dirs() -> dict[str, Path]:
+    """name -> folder with tokenizer.json for every llama.cpp vocabulary we convert.
+
+    Converted once into the cache ($OMNIDRAFT_CACHE or ~/.cache/omnidraft) and reused by later
+    sessions; the first run downloads the llama-cpp-python sdist (~76 MB, needs PyPI) and converts
+    all five (about a minute on two cores).
+    """
+    return {name: gguf_tokenizers.get_tokenizer_dir(name) for name in gguf_tokenizers.VOCABS}
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path() -> Callable[[str], Path]:
+    """Function name -> folder with tokenizer.json, converting only the vocabulary asked for
+    (cheaper than real_tokenizer_dirs when a test needs just llama-spm or gpt-2)."""
+    return gguf_tokenizers.get_tokenizer_dir
