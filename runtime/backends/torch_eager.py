@@ -1,0 +1,58 @@
+"""Reference backend: a local Hugging Face folder run in eager PyTorch with a DynamicCache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+from transformers.utils import logging as hf_logging
+
+from omnidraft.errors import ModelFolderError
+from omnidraft.runtime.backends.base import check_forward_args
+
+
+class TorchEagerBackend:
+    name = "torch"
+
+    def __init__(self, folder: Path, max_seq_len: int | None = None, dtype: torch.dtype = torch.float32) -> None:
+        hf_logging.disable_progress_bar()
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True,
+                                                              use_safetensors=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelFolderError(f"cannot load the model in {folder}: {exc}".splitlines()[0]
+                                   + "; check config.json and model.safetensors") from None
+        self.model.eval()
+        cfg = self.model.config
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        limit = int(getattr(cfg, "max_position_embeddings", 2048))
+        self.max_seq_len = min(max_seq_len or limit, limit)
+        self._cache = DynamicCache(config=cfg)
+        self._len = 0
+
+    @property
+    def cached_len(self) -> int:
+        return self._len
+
+    @torch.inference_mode()
+    def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+        check_forward_args(self, token_ids, start_pos)
+        ids = torch.tensor([list(token_ids)], dtype=torch.long)
+        pos = torch.arange(start_pos, start_pos + ids.shape[1]).unsqueeze(0)
+        out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True)
+        self._len = start_pos + ids.shape[1]
+        return out.logits[0].float().numpy()
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self._len:
+            raise ValueError(f"rollback to {length} but the cache holds {self._len}")
+        if length < self._len:
+            self._cache.crop(length - self._len)  # transformers 5: a negative count of tokens to drop
+            self._len = length
+
+    def reset(self) -> None:
+        self._cache = DynamicCache(config=self.model.config)
+        self._len = 0

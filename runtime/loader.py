@@ -1,0 +1,91 @@
+"""Open a model path as (backend, tokenizer): a Hugging Face folder or an export folder.
+
+The backend is chosen from what the folder holds (an export's manifest names its format); the loop
+never sees the difference. Heavy engines are imported only when their format is asked for, so the
+ONNX Runtime path loads no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omnidraft.errors import ManifestError, ModelFolderError
+from omnidraft.runtime.backends.base import Backend
+from omnidraft.runtime.tokenizer import TokenCodec, load_codec
+
+
+@dataclass
+class LoadedModel:
+    backend: Backend
+    codec: TokenCodec
+    eos_ids: frozenset[int]
+    path: Path
+    source: str                      # "hf" | "onnx" | "executorch"
+    info: dict = field(default_factory=dict)
+
+
+def _eos_from_config(folder: Path) -> set[int]:
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        f = folder / name
+        if f.is_file():
+            try:
+                v = json.loads(f.read_text()).get("eos_token_id")
+            except ValueError:
+                raise ModelFolderError(f"{f} is not valid JSON; restore it from the model's source") from None
+            if isinstance(v, int):
+                ids.add(v)
+            elif isinstance(v, list):
+                ids.update(int(x) for x in v)
+    return ids
+
+
+def check_hf_folder(folder: Path) -> None:
+    if not folder.exists():
+        raise ModelFolderError(f"model folder {folder} does not exist")
+    if not folder.is_dir():
+        raise ModelFolderError(f"{folder} is not a folder; pass a Hugging Face model folder or an export folder")
+    missing = [n for n in ("config.json", "tokenizer.json") if not (folder / n).is_file()]
+    if not any((folder / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+        missing.append("model.safetensors")
+    if missing:
+        raise ModelFolderError(f"model folder {folder} is incomplete: missing {', '.join(missing)} "
+                               "(a model folder needs config.json, model.safetensors and tokenizer.json)")
+
+
+def load_model(path: str | Path, max_seq_len: int | None = None) -> LoadedModel:
+    folder = Path(path)
+    if (folder / "manifest.json").is_file():
+        return _load_export(folder)
+    if folder.is_dir() and (any(folder.glob("*.pte")) or any(folder.glob("*.onnx"))):
+        raise ManifestError(f"{folder} holds an exported model but no manifest.json; re-export it with `omnidraft export`")
+    check_hf_folder(folder)
+    codec = load_codec(folder / "tokenizer.json")
+    from omnidraft.runtime.backends.torch_eager import TorchEagerBackend  # torch only on this path
+
+    backend = TorchEagerBackend(folder, max_seq_len)
+    eos = _eos_from_config(folder) or set(codec.eos_ids)
+    return LoadedModel(backend, codec, frozenset(eos), folder, "hf")
+
+
+def _load_export(folder: Path) -> LoadedModel:
+    from omnidraft.runtime.manifest import load_manifest
+
+    manifest = load_manifest(folder)
+    if manifest.format == "onnx":
+        from omnidraft.runtime.backends.ort import OrtBackend
+
+        backend = OrtBackend(folder, manifest)
+    elif manifest.format == "executorch":
+        from omnidraft.runtime.backends.executorch import ExecuTorchBackend
+
+        backend = ExecuTorchBackend(folder, manifest)
+    else:
+        raise ManifestError(f"{folder / 'manifest.json'} names unknown format {manifest.format!r}; re-export the model")
+    codec = load_codec(folder / manifest.tokenizer_file)
+    if codec.sha256 != manifest.tokenizer_sha256:
+        raise ManifestError(f"the tokenizer in {folder} does not match its manifest; re-export the model")
+    eos = set(getattr(manifest, "eos_token_ids", ()) or ()) or set(codec.eos_ids)
+    return LoadedModel(backend, codec, frozenset(eos), folder, manifest.format, {"quant": manifest.quant})

@@ -1,0 +1,27 @@
+"""Open a drafter/target pair with its n-gram cache: the one place the CLI, demo and bench do this."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omnidraft.runtime.loader import load_model
+from omnidraft.runtime.ngram_cache import NgramCache
+from omnidraft.runtime.speculative import SpeculativeDecoder
+
+
+def open_pair(target: Path, drafter: Path | None, cache_path: Path | None = None,
+              cache_capacity: int | None = None, policy: str = "lfu") -> SpeculativeDecoder:
+    tgt = load_model(target)
+    if drafter is None:
+        return SpeculativeDecoder(tgt)
+    drf = load_model(drafter)
+    args = (drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size)
+    if cache_path is not None and Path(cache_path).is_file():
+        cache = NgramCache.load(cache_path, *args, tgt.backend.vocab_size, capacity=cache_capacity, policy=policy)
+    else:
+        cache = NgramCache(*args, capacity=cache_capacity, policy=policy)
+    return SpeculativeDecoder(tgt, drf, cache)
+
+
+def save_cache(cache: NgramCache, path: Path) -> None:
+    cache.save(path)

@@ -1,0 +1,276 @@
+"""Cross-vocabulary speculative decoding (paper Algorithm 1), gpt-fast style.
+
+One round: draft k drafter tokens -> translate to m target tokens -> verify all m with ONE target
+call -> accept (greedy: exact argmax match; sampling: u < p/q') -> correction or bonus token ->
+roll back both KV caches -> re-tokenize the accepted text into the drafter's context -> update the
+n-gram cache. Backends are reached only through runtime.backends.base.Backend; this module imports
+numpy and the runtime's own small modules, nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from omnidraft.errors import ContextOverflow, InvalidArgument
+from omnidraft.runtime.loader import LoadedModel
+from omnidraft.runtime.ngram_cache import NgramCache
+from omnidraft.runtime.sampling import draw, masked_argmax, residual, softmax
+from omnidraft.runtime.translate import DrafterContext, harvest_ngrams, proposal_prob, q_prime_full, translate
+from omnidraft.runtime.vocab import VocabMap, build_vocab_map
+
+MODES = ("ngram", "dm", "target-only")
+
+
+@dataclass
+class DecodeConfig:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    draft_len: int = 4
+    mode: str = "ngram"
+    seed: int = 0
+    lookbehind: int = 8
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise InvalidArgument(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.temperature < 0:
+            raise InvalidArgument(f"temperature must be >= 0 (got {self.temperature}); use 0 for greedy decoding")
+        if self.draft_len < 1:
+            raise InvalidArgument(f"draft length K must be >= 1 (got {self.draft_len})")
+        if self.max_new_tokens < 1:
+            raise InvalidArgument(f"max new tokens must be >= 1 (got {self.max_new_tokens})")
+
+
+@dataclass
+class DecodeStats:
+    steps: int = 0            # target calls
+    proposed: int = 0         # translated target tokens sent for verification
+    accepted: int = 0
+    ngram_proposed: int = 0
+    ngram_hits: int = 0       # merged n-gram tokens the target accepted
+    ngram_added: int = 0
+    drafter_calls: int = 0
+    new_tokens: int = 0
+    seconds: float = 0.0
+    drafter_seconds: float = 0.0
+    target_seconds: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def overhead_fraction(self) -> float:
+        """Share of wall time spent outside the two models (translation, sampling, bookkeeping)."""
+        return 1.0 - (self.drafter_seconds + self.target_seconds) / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class DecodeResult:
+    text: str
+    token_ids: list[int]
+    stats: DecodeStats
+    rounds: list[dict] = field(default_factory=list)  # filled only when tracing
+
+
+class SpeculativeDecoder:
+    """A drafter/target pair with its direct map and (optional) n-gram cache."""
+
+    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None,
+                 cache: NgramCache | None = None) -> None:
+        self.target, self.drafter, self.cache = target, drafter, cache
+        self.vocab: VocabMap | None = None
+        if drafter is not None:
+            self.vocab = build_vocab_map(drafter.codec, target.codec, drafter.backend.vocab_size,
+                                         target.backend.vocab_size)
+        self._mask_key: tuple | None = None
+        self._mask: np.ndarray | None = None
+
+    def _draft_mask(self, mode: str) -> np.ndarray:
+        """Drafter tokens that can be translated: the direct map, plus n-gram sub-tokens in ngram mode."""
+        key = (mode, self.cache.version if self.cache is not None else -1)
+        if key != self._mask_key:
+            mask = self.vocab.dm_mask.copy()
+            if mode == "ngram" and self.cache is not None:
+                mask |= self.cache.drafter_tokens
+            self._mask, self._mask_key = mask, key
+        return self._mask
+
+    def generate(self, prompt: str, cfg: DecodeConfig, on_text: Callable[[str], None] | None = None,
+                 trace: bool = False) -> DecodeResult:
+        cfg.validate()
+        if not prompt:
+            raise InvalidArgument("the prompt is empty; pass some text with --prompt")
+        tgt = self.target
+        ctx_p = list(tgt.codec.start_ids) + tgt.codec.encode(prompt)
+        need = len(ctx_p) + cfg.max_new_tokens + cfg.draft_len + 1
+        if need > tgt.backend.max_seq_len:
+            raise ContextOverflow(f"prompt ({len(ctx_p)} target tokens) + {cfg.max_new_tokens} new tokens + draft "
+                                  f"{cfg.draft_len} needs {need} positions but the target holds {tgt.backend.max_seq_len}; "
+                                  "shorten the prompt or lower --max-new-tokens")
+        if cfg.mode != "target-only" and self.drafter is None:
+            raise InvalidArgument(f"mode {cfg.mode!r} needs a drafter; pass --drafter or use --mode target-only")
+        run = _Run(self, prompt, ctx_p, cfg, on_text, trace)
+        return run.target_only() if cfg.mode == "target-only" else run.speculative()
+
+
+class _Run:
+    """State of one generation (contexts, rng, stats)."""
+
+    def __init__(self, dec: SpeculativeDecoder, prompt: str, ctx_p: list[int], cfg: DecodeConfig,
+                 on_text: Callable[[str], None] | None, trace: bool) -> None:
+        self.dec, self.prompt, self.cfg, self.ctx_p, self.on_text = dec, prompt, cfg, ctx_p, on_text
+        self.n_prompt = len(ctx_p)
+        self.greedy = cfg.temperature == 0
+        self.rng = np.random.default_rng(cfg.seed)
+        self.stats = DecodeStats()
+        self.rounds: list[dict] | None = [] if trace else None
+        self.eos = dec.target.eos_ids
+        self.text_out = bytearray()
+        self.emitted = 0
+        self.done = False
+        dec.target.backend.reset()
+
+    def _target(self, tokens: list[int]) -> np.ndarray:
+        be = self.dec.target.backend
+        t0 = time.perf_counter()
+        logits = be.forward(tokens, be.cached_len)
+        self.stats.target_seconds += time.perf_counter() - t0
+        self.stats.steps += 1
+        return logits
+
+    def _pick(self, logits: np.ndarray) -> int:
+        return int(np.argmax(logits)) if self.greedy else draw(softmax(logits, self.cfg.temperature), self.rng.random())
+
+    def _commit(self, new: list[int]) -> list[int]:
+        """Append target tokens, stopping at EOS or the token budget; stream the text."""
+        budget = self.cfg.max_new_tokens - (len(self.ctx_p) - self.n_prompt)
+        new = new[:budget]
+        for n, t in enumerate(new):
+            if t in self.eos:
+                new = new[: n + 1]
+                self.done = True
+                break
+        self.ctx_p += new
+        if len(self.ctx_p) - self.n_prompt >= self.cfg.max_new_tokens:
+            self.done = True
+        self.text_out += self.dec.target.codec.spell([t for t in new if t not in self.eos])
+        if self.on_text is not None:
+            text = self.text_out.decode("utf-8", errors="ignore")
+            if len(text) > self.emitted:
+                self.on_text(text[self.emitted:])
+                self.emitted = len(text)
+        return new
+
+    def _result(self, t_start: float) -> DecodeResult:
+        self.stats.new_tokens = len(self.ctx_p) - self.n_prompt
+        self.stats.seconds = time.perf_counter() - t_start
+        return DecodeResult(self.text_out.decode("utf-8", errors="replace"), self.ctx_p[self.n_prompt:],
+                            self.stats, self.rounds or [])
+
+    def target_only(self) -> DecodeResult:
+        t_start = time.perf_counter()
+        be = self.dec.target.backend
+        while not self.done:
+            logits = self._target(self.ctx_p[be.cached_len:])[-1]
+            self._commit([self._pick(logits)])
+        return self._result(t_start)
+
+    def speculative(self) -> DecodeResult:
+        dec, cfg, st = self.dec, self.cfg, self.stats
+        drf, tgt, vocab = dec.drafter.backend, dec.target.backend, dec.vocab
+        cache = dec.cache if cfg.mode == "ngram" else None
+        dctx = DrafterContext(dec.drafter.codec, self.prompt, cfg.lookbehind)
+        if len(dctx.ids) >= drf.max_seq_len:
+            raise ContextOverflow(f"the prompt is {len(dctx.ids)} drafter tokens but the drafter holds "
+                                  f"{drf.max_seq_len}; shorten the prompt")
+        drf.reset()
+        t_start = time.perf_counter()
+        text_pos = len(dctx.text)
+        while not self.done:
+            # 1) Draft up to k tokens in the drafter's vocabulary (its KV cache holds ids_q[:cached]).
+            mask = dec._draft_mask(cfg.mode)
+            ids_q = dctx.ids
+            k = min(cfg.draft_len, drf.max_seq_len - len(ids_q))
+            feed, draft, q_rows, uniforms = ids_q[drf.cached_len:], [], [], []
+            t0 = time.perf_counter()
+            for _ in range(k):
+                logits = drf.forward(feed, drf.cached_len)[-1]
+                if self.greedy:
+                    d = masked_argmax(logits, mask)
+                else:
+                    q = softmax(logits, cfg.temperature, mask)
+                    uniforms.append(self.rng.random())
+                    d = draw(q, uniforms[-1])
+                    q_rows.append(q)
+                draft.append(d)
+                feed = [d]
+            st.drafter_seconds += time.perf_counter() - t0
+            st.drafter_calls += k
+            # 2) Translate to target tokens: cached n-grams (longest first), else the direct map.
+            tr = translate(draft, vocab, cache)
+            m = len(tr)
+            # 3) Verify all m with one target call; rows[j] scores tr[j], rows[m] the bonus position.
+            n_ctx = len(self.ctx_p)
+            rows = self._target(self.ctx_p[tgt.cached_len:] + tr.target_ids)[-(m + 1):]
+            # 4) Accept while the target agrees; then a correction (residual) or a bonus token.
+            j = 0
+            while j < m:
+                t = tr.target_ids[j]
+                if self.greedy:
+                    ok = int(np.argmax(rows[j])) == t
+                else:
+                    p = softmax(rows[j], cfg.temperature)
+                    uniforms.append(self.rng.random())
+                    ok = uniforms[-1] * proposal_prob(j, tr, draft, q_rows, vocab) < p[t]
+                if not ok:
+                    break
+                j += 1
+            if j < m and not self.greedy:
+                q_full = q_prime_full(j, tr, draft, q_rows, vocab, rows.shape[-1])
+                uniforms.append(self.rng.random())
+                extra = draw(residual(p, q_full), uniforms[-1])
+            else:
+                extra = self._pick(rows[j])
+            # 5) Roll the target back to the accepted prefix; `extra` is fed at the next call.
+            tgt.rollback(n_ctx + j)
+            st.proposed += m
+            st.accepted += j
+            hits = [tr.keys[i] for i in range(j) if tr.keys[i] is not None]
+            st.ngram_proposed += sum(key is not None for key in tr.keys)
+            st.ngram_hits += len(hits)
+            new = self._commit(tr.target_ids[:j] + [extra])
+            # 6) Reverse translation: re-tokenize the accepted text for the drafter, harvest n-grams.
+            spelled = [dec.target.codec.spell([t]) for t in new]
+            spans = []
+            for t, b in zip(new, spelled):
+                spans.append((t, text_pos, text_pos + len(b)))
+                text_pos += len(b)
+            window = dctx.append(b"".join(spelled))
+            added = 0
+            if cache is not None:
+                for key in hits:
+                    cache.record_hit(key)
+                added = harvest_ngrams(window, spans, vocab, cache)
+                st.ngram_added += added
+            # Crop the drafter's cache to the common prefix of what it saw and the new context.
+            seen, now = ids_q + draft[:-1], dctx.ids
+            lcp = 0
+            limit = min(drf.cached_len, len(now) - 1)
+            while lcp < limit and seen[lcp] == now[lcp]:
+                lcp += 1
+            drf.rollback(lcp)
+            if self.rounds is not None:
+                self.rounds.append({"draft": draft, "target_ids": tr.target_ids, "spans": tr.spans,
+                                    "merged": [k is not None for k in tr.keys], "accepted": j, "extra": extra,
+                                    "committed": new, "uniforms": uniforms, "ngram_added": added,
+                                    "drafter_cache_kept": lcp})
+        return self._result(t_start)
