@@ -1,0 +1,8 @@
+package org.omnidraft.specdecode;
+
+/** An n-gram cache file is unreadable, corrupted, or belongs to another drafter/target pair. */
+public class CacheFileException extends CoreException {
+    public CacheFileException(String message) {
+        super(message);
+    }
+}
