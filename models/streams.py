@@ -1,0 +1,156 @@
+"""Task streams `code`, `math`, `text`, mirroring the paper's HumanEval/MBPP, GSM8K and Alpaca/XSum.
+
+Each stream has a deterministic ``train`` split (1000 prompts) and a held-out ``test`` split (100
+prompts). Test prompts come only from documents that ``data.is_heldout`` reserves (held-out stdlib
+modules and HumanEval problems, held-out Shakespeare plays and Python-doc pages) or from the math
+seed range ``TEST_SEED0..``, none of which the target's training data contains.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from omnidraft.errors import DataError
+from omnidraft.models import data, mathgen
+
+STREAMS = ("code", "math", "text")
+SPLITS = ("train", "test")
+COUNTS = {"train": 1000, "test": 100}
+# Math seeds: stream train prompts, stream test prompts, and the target's training problems are
+# three disjoint ranges (training additionally drops any problem whose question equals a test one).
+TRAIN_SEED0, TEST_SEED0, CORPUS_SEED0 = 0, 1_000_000, 2_000_000
+PROMPT_CHARS, REFERENCE_CHARS = 320, 320
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    stream: str
+    prompt: str      # text the model continues
+    reference: str   # the true continuation (for perplexity, distillation, agreement)
+
+
+def _check(name: str, split: str) -> None:
+    if name not in STREAMS:
+        raise DataError(f"unknown stream {name!r}; valid streams: {', '.join(STREAMS)}")
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}; use one of: {', '.join(SPLITS)}")
+
+
+def _sample(items: list, count: int, key: str) -> list:
+    items = sorted(items, key=lambda p: p.id)
+    random.Random(key).shuffle(items)
+    return items[:count]
+
+
+def _code(split: str) -> list[Prompt]:
+    test = split == "test"
+    he = [p for p in data.load_humaneval() if data.is_heldout(f"humaneval:{p['task_id']}") == test]
+    out = [Prompt(f"code/{p['task_id']}", "code", p["prompt"], p["canonical_solution"]) for p in he]
+    fns = []
+    for doc in data.load_corpus("stdlib"):
+        if data.is_heldout(doc.id) == test:
+            for name, prompt, ref in data.function_snippets(doc):
+                fns.append(Prompt(f"code/{doc.id}:{name}:{len(fns)}", "code", prompt, ref))
+    return out + _sample(fns, COUNTS[split] - len(out), f"code-{split}")
+
+
+def _math(split: str) -> list[Prompt]:
+    start = TEST_SEED0 if split == "test" else TRAIN_SEED0
+    return [Prompt(f"math/{p.seed}", "math", f"Question: {p.question}\nAnswer:", " " + p.solution)
+            for p in mathgen.problems(start, COUNTS[split])]
+
+
+def _cut(text: str, n: int) -> str:
+    """At most `n` chars of `text`, ending at a whitespace boundary so no word is split."""
+    if len(text) <= n:
+        return text
+    cut = text[:n]
+    i = max(cut.rfind(" "), cut.rfind("\n"))
+    return cut[: i + 1] if i > n // 2 else cut
+
+
+def _passages(doc: data.Document) -> list[Prompt]:
+    text = doc.text
+    out = []
+    # Passages start at paragraph starts that open with a letter (skips reST directives, markup,
+    # stage-direction brackets) and need enough room for prompt and reference.
+    for m in re.finditer(r"\n\n(?=[A-Z][a-z])", text):
+        start = m.end()
+        body = text[start: start + PROMPT_CHARS + REFERENCE_CHARS + 200]
+        if len(body) < PROMPT_CHARS + REFERENCE_CHARS:
+            continue
+        prompt = _cut(body, PROMPT_CHARS)
+        reference = _cut(body[len(prompt):], REFERENCE_CHARS)
+        if sum(c.isalpha() for c in prompt) < 0.6 * len(prompt):
+            continue  # tables, code listings
+        out.append(Prompt(f"text/{doc.id}@{start}", "text", prompt, reference))
+    return out
+
+
+def _text(split: str) -> list[Prompt]:
+    test = split == "test"
+    docs = [d for d in data.load_corpus("gutenberg") + data.load_corpus("pydoc") if data.is_heldout(d.id) == test]
+    by_source: dict[str, list[Prompt]] = {"gutenberg": [], "pydoc": []}
+    for d in docs:
+        by_source["pydoc" if d.id.startswith("pydoc:") else "gutenberg"].extend(_passages(d))
+    # Half literature, half documentation prose, as the paper mixes instruction text and news.
+    half = COUNTS[split] // 2
+    lit = _sample(by_source["gutenberg"], half, f"text-lit-{split}")
+    return lit + _sample(by_source["pydoc"], COUNTS[split] - len(lit), f"text-doc-{split}")
+
+
+@functools.lru_cache(maxsize=None)
+def _load(name: str, split: str) -> tuple[Prompt, ...]:
+    prompts = {"code": _code, "math": _math, "text": _text}[name](split)
+    if len(prompts) < COUNTS[split]:
+        raise DataError(f"stream {name}/{split} has only {len(prompts)} prompts; the data cache looks incomplete: "
+                        f"delete {data.cache_dir()} and {data.FIX_HINT}")
+    return tuple(prompts)
+
+
+def load_stream(name: str, split: str = "train") -> list[Prompt]:
+    """The prompts of stream `name` ("code", "math", "text") for `split` ("train" or "test")."""
+    _check(name, split)
+    return list(_load(name, split))
+
+
+def load_stream_file(path: str | Path) -> list[Prompt]:
+    """A user stream: JSONL with one {"prompt": str, optional "reference", "id"} object per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"stream file {path} does not exist; pass a JSONL file with one {{\"prompt\": ...}} per line")
+    prompts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path} line {n} is not valid JSON ({exc.msg}); each line must be {{\"prompt\": \"...\"}}") from exc
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"]:
+            raise DataError(f"{path} line {n} has no non-empty string \"prompt\" field; each line must be {{\"prompt\": \"...\"}}")
+        ref = obj.get("reference", "")
+        if not isinstance(ref, str):
+            raise DataError(f"{path} line {n}: \"reference\" must be a string")
+        prompts.append(Prompt(str(obj.get("id", f"{path.stem}/{n}")), "file", obj["prompt"], ref))
+    if not prompts:
+        raise DataError(f"stream file {path} is empty; add one {{\"prompt\": \"...\"}} object per line")
+    return prompts
+
+
+def math_training_problems(count: int) -> list[mathgen.Problem]:
+    """`count` generated problems for target training, none sharing a question with a stream prompt."""
+    held = {p.question for p in mathgen.problems(TEST_SEED0, COUNTS["test"])}
+    out, seed = [], CORPUS_SEED0
+    while len(out) < count:
+        p = mathgen.make_problem(seed)
+        seed += 1
+        if p.question not in held:
+            out.append(p)
+    return out

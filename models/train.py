@@ -1,0 +1,349 @@
+"""Reproducible training recipes for the bundled drafter/target pair.
+
+    python -m omnidraft.models.train --recipe drafter [--resume]
+    python -m omnidraft.models.train --recipe target  [--resume]
+    python -m omnidraft.models.train --install-tokenizers
+
+A recipe (``models/recipes/<name>.json``) fixes the architecture, tokenizer, data mix, seeds and
+optimizer schedule. Training data is a pure function of the recipe (seeded chunk shuffle, packing
+into fixed-length rows), so a run that is interrupted resumes from its last checkpoint and finishes
+with the same weights as an uninterrupted run. Checkpoints are a folder per step (safetensors
+weights, safetensors AdamW state, JSON step/RNG/loss state), published by an atomic rename plus an
+atomically written ``latest.json``; a half-written checkpoint is never picked up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from omnidraft.errors import DataError, InvalidArgument, ModelFolderError
+
+MODELS_DIR = Path(__file__).resolve().parent
+RECIPES_DIR = MODELS_DIR / "recipes"
+BUNDLED_DIR = MODELS_DIR / "bundled"
+CHUNK_CHARS = 1200  # corpus documents are cut into chunks this long so a batch mixes many files
+
+
+def load_recipe(name_or_path: str) -> dict[str, Any]:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = RECIPES_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        names = sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
+        raise InvalidArgument(f"no recipe {name_or_path!r}; use one of {', '.join(names)} or a path to a recipe JSON")
+    return json.loads(path.read_text())
+
+
+def load_tokenizer(spec: str):
+    """A `tokenizers.Tokenizer` from a converter name ("llama-spm", "gpt-2") or a tokenizer.json path."""
+    from tokenizers import Tokenizer
+
+    path = Path(spec)
+    if not path.suffix:
+        from omnidraft.models.gguf_tokenizers import get_tokenizer_dir
+
+        path = get_tokenizer_dir(spec) / "tokenizer.json"
+    return Tokenizer.from_file(str(path)), path
+
+
+def build_model(recipe: dict[str, Any]) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    arch = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[recipe["arch"]]
+    torch.manual_seed(recipe["train"]["seed"])
+    model = arch[1](arch[0](**recipe["model"]))
+    return model
+
+
+def _chunks(text: str) -> list[str]:
+    out, start = [], 0
+    while start < len(text):
+        end = text.find("\n", start + CHUNK_CHARS)
+        end = len(text) if end < 0 else end + 1
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+def _domain_texts(domain: str, seed: int, limit_chars: int) -> list[str]:
+    """Shuffled training pieces of `domain` until about `limit_chars` characters (held-out data excluded)."""
+    if domain == "math":
+        from omnidraft.models.streams import math_training_problems
+
+        return [p.as_text() for p in math_training_problems(max(1, limit_chars // 250))]
+    from omnidraft.models import data
+
+    pieces = [c for d in data.train_documents(domain) for c in _chunks(d.text)]
+    random.Random(f"{seed}-{domain}").shuffle(pieces)
+    out, total = [], 0
+    for p in pieces:
+        if total >= limit_chars:
+            break
+        out.append(p)
+        total += len(p)
+    return out
+
+
+def build_rows(recipe: dict[str, Any], tokenizer) -> np.ndarray:
+    """All training rows [steps * batch, seq_len] as int32: packed, domain-mixed, seeded."""
+    tr, d = recipe["train"], recipe["data"]
+    seq, n_rows = d["seq_len"], tr["steps"] * tr["batch_size"]
+    bos, eos = d.get("bos_id"), d["eos_id"]
+    rows = []
+    for domain, frac in sorted(d["mix"].items()):
+        need = int(math.ceil(frac * n_rows)) * seq
+        stream: list[int] = []
+        chars = need * d.get("chars_per_token", 3)
+        while len(stream) < need:
+            texts = _domain_texts(domain, tr["seed"], chars)
+            stream = []
+            for enc in tokenizer.encode_batch(texts, add_special_tokens=False):
+                stream.extend(([bos] if bos is not None else []) + enc.ids + [eos])
+            if len(stream) < need:
+                if chars > 50 * need * 4:
+                    raise DataError(f"not enough {domain} training data for {need} tokens; lower the recipe's steps")
+                chars *= 2
+        arr = np.asarray(stream[:need], dtype=np.int32).reshape(-1, seq)
+        rows.append(arr)
+    allrows = np.concatenate(rows)
+    perm = np.random.default_rng(tr["seed"]).permutation(len(allrows))
+    return allrows[perm][:n_rows]
+
+
+def lr_at(step: int, tr: dict[str, Any]) -> float:
+    """Linear warm-up then cosine decay to min_lr_ratio * lr; `step` counts from 0."""
+    if step < tr["warmup_steps"]:
+        return tr["lr"] * (step + 1) / tr["warmup_steps"]
+    progress = (step - tr["warmup_steps"]) / max(1, tr["steps"] - tr["warmup_steps"])
+    floor = tr["min_lr_ratio"]
+    return tr["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _make_optimizer(model: torch.nn.Module, tr: dict[str, Any]) -> torch.optim.AdamW:
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": tr["weight_decay"]},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=tr["lr"], betas=(0.9, 0.95))
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list) -> None:
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=ckpt_dir, prefix=f".step-{step:06d}-"))
+    names = {id(p): n for n, p in model.named_parameters()}
+    save_file({n: p.detach().contiguous() for n, p in model.named_parameters()}, str(tmp / "model.safetensors"))
+    opt_t = {}
+    for p, st in opt.state.items():
+        for k, v in st.items():
+            opt_t[f"{names[id(p)]}::{k}"] = v.detach().reshape(-1).contiguous() if k == "step" else v.detach().contiguous()
+    save_file(opt_t, str(tmp / "optimizer.safetensors"))
+    state = {"step": step, "torch_rng": torch.get_rng_state().tolist(), "losses": losses}
+    (tmp / "state.json").write_text(json.dumps(state))
+    final = ckpt_dir / f"step-{step:06d}"
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_json_atomic(ckpt_dir / "latest.json", {"step": step, "dir": final.name})
+    for old in ckpt_dir.glob("step-*"):
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(ckpt_dir: Path, model, opt) -> tuple[int, list]:
+    """Restores the last published checkpoint; returns (step, losses), or (0, []) if there is none."""
+    latest = ckpt_dir / "latest.json"
+    if not latest.is_file():
+        return 0, []
+    try:
+        folder = ckpt_dir / json.loads(latest.read_text())["dir"]
+        model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        params = dict(model.named_parameters())
+        opt_t = load_file(str(folder / "optimizer.safetensors"))
+        state = json.loads((folder / "state.json").read_text())
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelFolderError(f"checkpoint in {ckpt_dir} is damaged ({exc}); delete that folder and train again") from exc
+    for key, v in opt_t.items():
+        name, k = key.split("::")
+        opt.state[params[name]][k] = v.reshape(()) if k == "step" else v.clone()
+    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+    return state["step"], state["losses"]
+
+
+def plot_losses(losses: list, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps, vals = zip(*losses) if losses else ((), ())
+    ax.plot(steps, vals, lw=0.8)
+    ax.set_xlabel("step"); ax.set_ylabel("training loss (nats/token)"); ax.set_title(title); ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def export_hf(model, recipe: dict[str, Any], tok_path: Path, out: Path, copy_tokenizer: bool = True) -> None:
+    """HF folder: config.json, generation_config.json, model.safetensors (recipe's export dtype), tokenizer."""
+    from transformers import GenerationConfig
+
+    dtype = getattr(torch, recipe["export"]["dtype"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    m = build_model(recipe)
+    m.load_state_dict(model.state_dict())
+    m.to(dtype).save_pretrained(str(tmp), safe_serialization=True)
+    d = recipe["data"]
+    GenerationConfig(bos_token_id=d.get("bos_id"), eos_token_id=d["eos_id"], pad_token_id=d["eos_id"],
+                     do_sample=False).save_pretrained(str(tmp))
+    if copy_tokenizer:
+        shutil.copy(tok_path, tmp / "tokenizer.json")
+    cfg = tok_path.parent / "tokenizer_config.json"
+    if cfg.is_file():
+        shutil.copy(cfg, tmp / "tokenizer_config.json")
+    _write_json_atomic(tmp / "training_summary.json", {"recipe": recipe})
+    if out.exists():
+        # keep files we do not produce (e.g. a locally installed tokenizer.json)
+        for f in out.iterdir():
+            if not (tmp / f.name).exists() and f.is_file():
+                shutil.copy(f, tmp / f.name)
+        shutil.rmtree(out)
+    tmp.chmod(0o755)
+    for f in tmp.iterdir():
+        f.chmod(0o644)
+    os.replace(tmp, out)
+
+
+def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: bool = True,
+          stop_after: int | None = None, threads: int | None = None, quiet: bool = False,
+          export_only: bool = False) -> list:
+    """Runs (or resumes) a recipe; returns the loss history [(step, loss)]. `stop_after` simulates an
+    interruption after that many steps (used by the tests)."""
+    from tqdm import tqdm
+
+    tr = recipe["train"]
+    torch.set_num_threads(threads or tr.get("threads", torch.get_num_threads()))
+    tokenizer, tok_path = load_tokenizer(recipe["tokenizer"])
+    t0 = time.time()
+    rows = torch.from_numpy(build_rows(recipe, tokenizer)).long()
+    if not quiet:
+        print(f"{recipe['name']}: {rows.numel():,} training tokens packed in {time.time() - t0:.1f}s", file=sys.stderr)
+    model = build_model(recipe)
+    opt = _make_optimizer(model, tr)
+    ckpt = work_dir / "checkpoints"
+    if not resume and ckpt.exists():
+        shutil.rmtree(ckpt)
+    step, losses = load_checkpoint(ckpt, model, opt)
+    model.train()
+    B = tr["batch_size"]
+    bar = tqdm(total=tr["steps"], initial=step, desc=recipe["name"], file=sys.stderr, disable=quiet)
+    t_start, tok_done = time.time(), 0
+    while step < tr["steps"] and not export_only:
+        if stop_after is not None and step >= stop_after:
+            bar.close()
+            return losses
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, tr)
+        batch = rows[step * B:(step + 1) * B]
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        losses.append((step, round(loss.item(), 5)))
+        tok_done += batch.numel()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_done / (time.time() - t_start):.0f}")
+        if step % tr["checkpoint_every"] == 0 or step == tr["steps"]:
+            save_checkpoint(ckpt, step, model, opt, losses)
+            _write_json_atomic(work_dir / "loss_curve.json", {"recipe": recipe["name"], "losses": losses})
+    bar.close()
+    if out_dir is not None:
+        export_hf(model, recipe, tok_path, out_dir, copy_tokenizer=recipe.get("commit_tokenizer", True))
+        plot_losses(losses, MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR
+                    else work_dir / "loss.png", f"{recipe['name']} training loss")
+        _write_json_atomic(out_dir / "loss_curve.json", {"recipe": recipe["name"], "losses": losses,
+                                                          "tokens": int(rows.numel())})
+    return losses
+
+
+def install_tokenizers() -> None:
+    """Copies the converted tokenizer.json files into the bundled model folders (the Llama-2 one is
+    not committed for licence reasons; this rebuilds it from the llama.cpp vocabulary)."""
+    for name in ("drafter", "target"):
+        recipe = load_recipe(name)
+        _, tok_path = load_tokenizer(recipe["tokenizer"])
+        dest = BUNDLED_DIR / name
+        if not dest.is_dir():
+            raise ModelFolderError(f"{dest} is missing; run `python -m omnidraft.models.train --recipe {name}`")
+        fd, tmp = tempfile.mkstemp(dir=dest, suffix=".tmp")
+        os.close(fd)
+        shutil.copy(tok_path, tmp)
+        os.replace(tmp, dest / "tokenizer.json")
+        print(f"installed {dest / 'tokenizer.json'}", file=sys.stderr)
+
+
+# glibc returns big freed blocks (logits, their gradients) to the OS and page-faults them back on the
+# next step; keeping them in the heap doubled training throughput on the 2-core reference machine.
+_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and any(os.environ.get(k) != v for k, v in _MALLOC_ENV.items()):
+        os.execve(sys.executable, [sys.executable, "-m", "omnidraft.models.train", *sys.argv[1:]],
+                  {**os.environ, **_MALLOC_ENV})
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipe", help="drafter, target, or a path to a recipe JSON")
+    ap.add_argument("--resume", action="store_true", help="continue from the last checkpoint (default: start over)")
+    ap.add_argument("--work-dir", type=Path, help="checkpoints and logs (default: models/checkpoints/<name>)")
+    ap.add_argument("--out", type=Path, help="HF export folder (default: models/bundled/<name>)")
+    ap.add_argument("--threads", type=int, help="torch threads (default: the recipe's)")
+    ap.add_argument("--install-tokenizers", action="store_true", help="copy converted tokenizers into models/bundled/*")
+    ap.add_argument("--export-only", action="store_true", help="export the last checkpoint without training further")
+    args = ap.parse_args(argv)
+    from omnidraft.errors import OmnidraftError
+
+    try:
+        if args.install_tokenizers:
+            install_tokenizers()
+            return 0
+        if not args.recipe:
+            raise InvalidArgument("pass --recipe drafter|target (or --install-tokenizers)")
+        recipe = load_recipe(args.recipe)
+        work = args.work_dir or MODELS_DIR / "checkpoints" / recipe["name"]
+        work.mkdir(parents=True, exist_ok=True)
+        train(recipe, work, args.out or BUNDLED_DIR / recipe["name"], resume=args.resume or args.export_only,
+              threads=args.threads, export_only=args.export_only)
+    except OmnidraftError as exc:
+        print(f"train: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
