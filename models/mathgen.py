@@ -199,9 +199,8 @@ def _ribbon(r: random.Random, b: _Builder) -> str:
 
 
 def _savings(r: random.Random, b: _Builder) -> str:
-    n = r.choice(NAMES); goal = 10 * r.randint(10, 60); have = 5 * r.randint(1, goal // 10); weekly = r.randint(5, 25)
-    while (goal - have) % weekly:
-        have -= 1
+    n = r.choice(NAMES); weekly, weeks, have = r.randint(5, 25), r.randint(2, 15), 5 * r.randint(1, 30)
+    goal = have + weekly * weeks
     thing = r.choice(["a bike", "a guitar", "a video game", "a telescope"])
     q = _pick(r, f"{n} wants to buy {thing} that costs ${goal}. {n} has saved ${have} and saves ${weekly} each week. How many weeks until {n} can buy it?",
               f"{thing.capitalize()} costs {goal} dollars. {n} already has {have} dollars and puts away {weekly} dollars every week. After how many weeks will {n} have exactly enough?")
