@@ -184,3 +184,16 @@ def write_tokenizer_vectors(out_dir: Path = VECTOR_DIR, names: tuple[str, ...] =
         write_json_atomic(path, tokenizer_vectors(name))
         written.append(path)
     return written
+
+
+def write_loop_vectors(out_dir: Path = VECTOR_DIR) -> Path:
+    """Whole speculative runs (llama-spm drafter, gpt-2 target) on the scripted pair, call by call."""
+    from omnidraft.export.android_loop_vectors import loop_vectors, qprime_vectors
+    from omnidraft.runtime.tokenizer import load_codec
+
+    drafter, target = load_codec(tokenizer_path("llama-spm")), load_codec(tokenizer_path("gpt-2"))
+    data = loop_vectors(drafter, target)
+    data["qprime_cases"] = qprime_vectors(drafter, target)
+    path = Path(out_dir) / "loop-llama-spm-gpt-2.json"
+    write_json_atomic(path, data)
+    return path

@@ -5,6 +5,8 @@ package org.omnidraft.specdecode;
  * can show it to the user as-is.
  */
 public class CoreException extends Exception {
+    private static final long serialVersionUID = 1L;
+
     public CoreException(String message) {
         super(message);
     }

@@ -1,0 +1,60 @@
+package org.omnidraft.specdecode;
+
+import java.util.List;
+import org.junit.Test;
+
+/**
+ * Mutation checks: the sampling runs of the loop vectors must fail to replay when the acceptance
+ * rule is deliberately wrong. (If the real rule in SpeculativeDecoder were broken the same way,
+ * LoopVectorTest's sampling tests would fail exactly like these replays.) The Eq. 2 prefix
+ * correction is pinned by TranslateVectorTest.eq2PrefixCorrectionMatchesPython.
+ */
+public class AcceptanceRuleTest {
+    /** Accepts with probability min(1, p) instead of min(1, p/q'). */
+    @Test
+    public void ignoringTheProposalProbabilityIsCaught() throws Exception {
+        LoopVectorTest.expectFailure(new SpeculativeDecoder.AcceptanceRule() {
+            @Override
+            public boolean accept(double u, double qPrime, double p) {
+                return u < p;
+            }
+
+            @Override
+            public double[] correction(double[] p, int j, Translate.Translation tr, int[] draft, List<double[]> qRows, VocabMap vocab) {
+                return SpeculativeDecoder.STANDARD_RULE.correction(p, j, tr, draft, qRows, vocab);
+            }
+        });
+    }
+
+    /** Accepts with min(1, q'/p): the ratio upside down. */
+    @Test
+    public void invertedRatioIsCaught() throws Exception {
+        LoopVectorTest.expectFailure(new SpeculativeDecoder.AcceptanceRule() {
+            @Override
+            public boolean accept(double u, double qPrime, double p) {
+                return u * p < qPrime;
+            }
+
+            @Override
+            public double[] correction(double[] p, int j, Translate.Translation tr, int[] draft, List<double[]> qRows, VocabMap vocab) {
+                return SpeculativeDecoder.STANDARD_RULE.correction(p, j, tr, draft, qRows, vocab);
+            }
+        });
+    }
+
+    /** Draws the correction from p instead of the residual norm(max(0, p - q')). */
+    @Test
+    public void correctionFromTargetInsteadOfResidualIsCaught() throws Exception {
+        LoopVectorTest.expectFailure(new SpeculativeDecoder.AcceptanceRule() {
+            @Override
+            public boolean accept(double u, double qPrime, double p) {
+                return u * qPrime < p;
+            }
+
+            @Override
+            public double[] correction(double[] p, int j, Translate.Translation tr, int[] draft, List<double[]> qRows, VocabMap vocab) {
+                return p;
+            }
+        });
+    }
+}

@@ -1,0 +1,318 @@
+"""Loop vectors for the Android core: whole runs of ``runtime.speculative`` recorded call by call.
+
+The pair is scripted and deterministic (no weights needed): each model knows a target text and
+favours the longest token of its own vocabulary that continues it, with a few hash-chosen
+alternatives, so drafts are often right, sometimes wrong, and the two tokenizers disagree on token
+boundaries (which is what fills the n-gram cache). Rows are float32 with a constant floor; a row is
+stored sparsely as the floor plus the entries above it, which *is* the full row the Python loop
+saw, so the Java replay reconstructs every logit exactly.
+
+Each run records, in order: every model call (tokens, start position, rows), every rollback and
+reset, every uniform the loop drew from its numpy generator, the per-round trace, the committed
+tokens, the text, the stats and the n-gram cache file bytes before and after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from omnidraft.runtime.loader import LoadedModel
+from omnidraft.runtime.ngram_cache import NgramCache
+from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.tokenizer import TokenCodec
+
+FLOOR = np.float32(-12.0)
+
+
+def _h(*parts: object) -> int:
+    """Stable hash (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little")
+
+
+class ScriptedModel:
+    """Backend protocol; logits favour continuing ``script`` with this model's own longest tokens."""
+
+    name = "scripted"
+
+    def __init__(self, codec: TokenCodec, script: str, eos_id: int, salt: str, slip: float,
+                 max_seq_len: int = 1024) -> None:
+        self.codec, self.salt, self.slip = codec, salt, slip
+        self.script = script.encode("utf-8")
+        self.eos_id = eos_id
+        self.vocab_size = codec.vocab_size
+        self.max_seq_len = max_seq_len
+        self._seq: list[int] = []
+        self._by_bytes: dict[bytes, int] = {}
+        for i, b in enumerate(codec.token_bytes):
+            if b and i not in codec.special:
+                self._by_bytes.setdefault(b, i)
+        self._maxlen = max(len(b) for b in self._by_bytes)
+        # The script as this model's own tokenizer writes it (with SentencePiece's leading space), so
+        # a well-behaved model proposes the tokens its tokenizer would produce.
+        ids = codec.encode(script)
+        self._text = codec.spell(ids)
+        self._canon: dict[int, int] = {}
+        pos = 0
+        for t in ids:
+            self._canon.setdefault(pos, t)
+            pos += len(codec.token_bytes[t])
+
+    @property
+    def cached_len(self) -> int:
+        return len(self._seq)
+
+    def _prefix_tokens(self, rest: bytes) -> list[int]:
+        """Vocabulary tokens that spell a prefix of ``rest``, longest first."""
+        out = []
+        for n in range(min(self._maxlen, len(rest)), 0, -1):
+            t = self._by_bytes.get(rest[:n])
+            if t is not None:
+                out.append(t)
+        return out
+
+    def _row(self, context: list[int]) -> np.ndarray:
+        row = np.full(self.vocab_size, FLOOR, dtype=np.float32)
+        at = len(self.codec.spell([t for t in context if t not in self.codec.special]))
+        key = (self.salt, len(context), tuple(context[-3:]))
+        # Continue the script from the same byte offset even after a deviation, so runs stay readable.
+        rest = self._text[at:]
+        if rest:
+            cands = self._prefix_tokens(rest)[:4]
+            canon = self._canon.get(at)
+            if canon is not None:
+                cands = [canon] + [t for t in cands if t != canon][:3]
+        else:
+            cands = [self.eos_id]
+        # Favourite, then shorter continuations, then a few hash-chosen distractors; steps of 1/16 are exact in float32.
+        # Probabilities are spread (not one-hot) so that min(1, p/q') and the residual decide real cases.
+        values = [4.0 + (_h(key, "f") % 32) / 16] + [3.0 - 0.75 * i + (_h(key, i) % 32) / 16 for i in range(1, len(cands))]
+        for n in range(3):
+            cands.append(_h(key, "d", n) % self.vocab_size)
+            values.append(0.5 + (_h(key, "v", n) % 48) / 16)
+        if _h(key, "slip") % 1000 < self.slip * 1000:
+            values[0], values[-1] = values[-1], values[0] + 0.5  # a confident mistake
+        for t, v in zip(cands, values):
+            row[t] = max(row[t], np.float32(v))
+        return row
+
+    def forward(self, token_ids, start_pos):
+        if start_pos != len(self._seq):
+            raise ValueError(f"{self.salt}: forward at {start_pos} but cache holds {len(self._seq)}")
+        rows = []
+        for t in token_ids:
+            self._seq.append(int(t))
+            rows.append(self._row(self._seq))
+        return np.stack(rows)
+
+    def rollback(self, length):
+        del self._seq[length:]
+
+    def reset(self):
+        self._seq.clear()
+
+
+class Recorder:
+    """Wraps a backend and logs every call as the Java RecordedModel replays it."""
+
+    def __init__(self, inner, tag: str, log: list) -> None:
+        self.inner, self.tag, self.log = inner, tag, log
+        self.name, self.vocab_size, self.max_seq_len = inner.name, inner.vocab_size, inner.max_seq_len
+
+    @property
+    def cached_len(self) -> int:
+        return self.inner.cached_len
+
+    def forward(self, token_ids, start_pos):
+        rows = self.inner.forward(token_ids, start_pos)
+        sparse = []
+        for row in rows:
+            idx = np.flatnonzero(row != FLOOR)
+            sparse.append({"i": idx.tolist(), "v": [float(x) for x in row[idx]]})
+        self.log.append({"m": self.tag, "op": "forward", "tokens": [int(t) for t in token_ids], "start": int(start_pos),
+                         "floor": float(FLOOR), "rows": sparse})
+        return rows
+
+    def rollback(self, length):
+        self.log.append({"m": self.tag, "op": "rollback", "length": int(length)})
+        self.inner.rollback(length)
+
+    def reset(self):
+        self.log.append({"m": self.tag, "op": "reset"})
+        self.inner.reset()
+
+
+class _RecordingGenerator:
+    def __init__(self, inner: np.random.Generator, log: list[float]) -> None:
+        self.inner, self.log = inner, log
+
+    def random(self):
+        u = float(self.inner.random())
+        self.log.append(u)
+        return u
+
+
+@contextlib.contextmanager
+def _record_uniforms(log: list[float]) -> Iterator[None]:
+    """The loop draws through ``np.random.default_rng(seed).random()``; log each draw in order."""
+    from omnidraft.runtime import speculative
+
+    real = speculative.np.random.default_rng
+
+    class _Shim:  # a module-like stand-in so only the speculative module sees the recording generator
+        def __getattr__(self, name):
+            return getattr(np.random, name)
+
+        @staticmethod
+        def default_rng(seed=None):
+            return _RecordingGenerator(real(seed), log)
+
+    class _Np:
+        def __getattr__(self, name):
+            return _Shim() if name == "random" else getattr(np, name)
+
+    saved = speculative.np
+    speculative.np = _Np()
+    try:
+        yield
+    finally:
+        speculative.np = saved
+
+
+# (name, prompt, continuation, config, cache setup) -- cache: None (fresh), "chain" (previous run's
+# final cache), or {"capacity": n, "policy": p} for a bounded fresh cache.
+_FOX3 = (" jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the"
+         " lazy dog again.")
+RUNS = [
+    ("greedy-ngram", "The quick brown fox", " jumps over the lazy dog. The quick brown fox jumps over the lazy dog again, and again.",
+     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=40), None),
+    ("sample-ngram-chained", "The quick brown fox", " jumps over the lazy dog. The quick brown fox jumps over the lazy dog again, and again.",
+     dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=40, seed=3), "chain"),
+    ("sample-dm", "def fibonacci(n):", "\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+     dict(temperature=0.7, draft_len=3, mode="dm", max_new_tokens=36, seed=5), None),
+    ("greedy-target-only", "Natalia sold clips", " to 48 of her friends in April, and then she sold half as many clips in May.",
+     dict(temperature=0.0, draft_len=4, mode="target-only", max_new_tokens=20), None),
+    ("sample-ngram-lfu-capacity", "Natalia sold clips", " to 48 of her friends in April, and then she sold half as many clips in May. 48 / 2 = 24 clips.",
+     dict(temperature=1.0, draft_len=5, mode="ngram", max_new_tokens=48, seed=11), {"capacity": 2, "policy": "lfu"}),
+    ("sample-ngram-lru-capacity", "Unicode:", " café naïve 日本語のテキスト 👍🏽 emoji and CJK 中文 mixed with ascii text.",
+     dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=48, seed=17), {"capacity": 2, "policy": "lru"}),
+    ("greedy-ngram-warm", "The quick brown fox", _FOX3, dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=60), None),
+    # Chained on the warm cache with a target that often disagrees: rejections land on merged n-grams (Eq. 2).
+    ("sample-ngram-eq2", "The quick brown fox", _FOX3,
+     dict(temperature=1.0, draft_len=5, mode="ngram", max_new_tokens=60, seed=3, target_slip=0.35), "chain"),
+    ("greedy-ngram-unicode", "Unicode:", " café naïve 日本語のテキスト 👍🏽 emoji and CJK 中文 mixed with ascii text.",
+     dict(temperature=0.0, draft_len=6, mode="ngram", max_new_tokens=40), None),
+    ("sample-ngram-hot", "for i in range(10):", "\n    total += i * i\nprint(total)  # sum of squares\n",
+     dict(temperature=1.3, draft_len=4, mode="ngram", max_new_tokens=32, seed=23, lookbehind=4), None),
+]
+
+
+def _loaded(backend, codec: TokenCodec) -> LoadedModel:
+    return LoadedModel(backend, codec, frozenset(codec.eos_ids), Path("."), "scripted")
+
+
+def loop_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec) -> dict:
+    runs = []
+    previous_cache: NgramCache | None = None
+    for name, prompt, cont, cfg_kw, cache_setup in RUNS:
+        cfg_kw = dict(cfg_kw)
+        script = prompt + cont
+        log: list = []
+        uniforms: list[float] = []
+        d_eos = min(drafter_codec.eos_ids)
+        t_eos = min(target_codec.eos_ids)
+        drafter = Recorder(ScriptedModel(drafter_codec, script, d_eos, "drafter:" + name, slip=0.12), "drafter", log)
+        slip = cfg_kw.pop("target_slip", 0.02)  # how often the target confidently disagrees with the script
+        target = Recorder(ScriptedModel(target_codec, script, t_eos, "target:" + name, slip=slip), "target", log)
+        args = (drafter_codec.sha256, target_codec.sha256, drafter.vocab_size)
+        cache_file = None
+        if cache_setup == "chain" and previous_cache is not None:
+            # Through the file, as the app does between sessions: save, then load.
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "cache.json"
+                previous_cache.save(path)
+                cache_file = path.read_bytes().decode()
+                cache = NgramCache.load(path, *args, target.vocab_size)
+        elif isinstance(cache_setup, dict):
+            cache = NgramCache(*args, capacity=cache_setup["capacity"], policy=cache_setup["policy"])
+        else:
+            cache = NgramCache(*args)
+        cache_before = cache._serialise().decode()
+        dec = SpeculativeDecoder(_loaded(target, target_codec), _loaded(drafter, drafter_codec), cache)
+        cfg = DecodeConfig(**cfg_kw)
+        with _record_uniforms(uniforms):
+            result = dec.generate(prompt, cfg, trace=True)
+        previous_cache = cache
+        runs.append({
+            "name": name, "prompt": prompt, "config": asdict(cfg),
+            "target_eos": sorted(target_codec.eos_ids),
+            "drafter_width": drafter.vocab_size, "target_width": target.vocab_size,
+            "max_seq_len": {"drafter": drafter.max_seq_len, "target": target.max_seq_len},
+            "cache_file": cache_file, "cache_before": cache_before,
+            "calls": log, "uniforms": uniforms,
+            "rounds": [_jsonable(r) for r in result.rounds],
+            "token_ids": [int(t) for t in result.token_ids], "text": result.text,
+            "stats": {k: v for k, v in asdict(result.stats).items() if not k.endswith("seconds")},
+            "cache_after": cache._serialise().decode(),
+        })
+    return {"drafter_tokenizer": drafter_codec.sha256, "target_tokenizer": target_codec.sha256,
+            "floor": float(FLOOR), "runs": runs}
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def qprime_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec, seed: int = 0) -> list[dict]:
+    """Eq. 1 / Eq. 2 on real vocabularies: drafts that translate to merged n-grams whose prefix
+    sub-token is direct-mapped, random proposal rows, and q'(t_j) plus the whole q' row per position."""
+    from omnidraft.runtime.translate import proposal_prob, q_prime_full, translate
+    from omnidraft.runtime.vocab import build_vocab_map
+
+    vocab = build_vocab_map(drafter_codec, target_codec)
+    cache = NgramCache(drafter_codec.sha256, target_codec.sha256, drafter_codec.vocab_size)
+    rng = np.random.default_rng(seed)
+    cases = []
+    words = [" flake", " Brewers", " foreclosure", " jumps", " lazy", " fibonacci", " squares", " naïve"]
+    for w in words:
+        key = tuple(drafter_codec.encode_continuation(w) or ())
+        tid = target_codec.encode_continuation(w)
+        if len(key) < 2 or not tid or len(tid) != 1 or vocab.d2t[key[0]] < 0:
+            continue
+        cache.observe(key, tid[0])
+        lead = [int(vocab.drafter_ids[rng.integers(vocab.size)])]
+        draft = lead + list(key)
+        q_rows = []
+        for d in draft:
+            support = set(rng.choice(vocab.drafter_ids, 6, replace=False).tolist()) | {d, key[0]}
+            q = np.zeros(drafter_codec.vocab_size)
+            for s in sorted(support):
+                q[s] = rng.random() + (2.0 if s == d else 0.0)
+            q_rows.append(q / q.sum())
+        tr = translate(draft, vocab, cache)
+        per_pos = []
+        for j in range(len(tr)):
+            full = q_prime_full(j, tr, draft, q_rows, vocab, target_codec.vocab_size)
+            nz = np.flatnonzero(full)
+            per_pos.append({"q_prime": proposal_prob(j, tr, draft, q_rows, vocab),
+                            "full_i": nz.tolist(), "full_v": full[nz].tolist()})
+        cases.append({"word": w, "key": list(key), "target": tid[0], "draft": draft,
+                      "q_rows": [{"i": np.flatnonzero(q).tolist(), "v": q[np.flatnonzero(q)].tolist()} for q in q_rows],
+                      "target_ids": list(tr.target_ids), "merged": [k is not None for k in tr.keys], "positions": per_pos})
+    return cases
