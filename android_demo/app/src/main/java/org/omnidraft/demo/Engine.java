@@ -1,0 +1,65 @@
+package org.omnidraft.demo;
+
+import java.io.File;
+import java.io.IOException;
+import java.util.HashSet;
+import java.util.Set;
+import org.omnidraft.specdecode.CacheFileException;
+import org.omnidraft.specdecode.CoreException;
+import org.omnidraft.specdecode.NgramCache;
+import org.omnidraft.specdecode.SpeculativeDecoder;
+import org.omnidraft.specdecode.TokenCodec;
+
+/** The loaded pair: both ExecuTorch programs, their tokenizers and the n-gram cache. Used on the worker thread only. */
+final class Engine {
+    final SpeculativeDecoder decoder;
+    final NgramCache cache;
+    final File cacheFile;
+    private final ExecuTorchModel drafter, target;
+
+    private Engine(SpeculativeDecoder decoder, NgramCache cache, File cacheFile, ExecuTorchModel drafter, ExecuTorchModel target) {
+        this.decoder = decoder;
+        this.cache = cache;
+        this.cacheFile = cacheFile;
+        this.drafter = drafter;
+        this.target = target;
+    }
+
+    /**
+     * Loads {@code root/drafter} and {@code root/target}. The cache lives in the app's own storage
+     * ({@code cacheFile}); on first start a cache pushed to {@code root/ngram-cache.json} seeds it.
+     */
+    static Engine load(File root, File cacheFile) throws CoreException {
+        ModelFiles df = ModelFiles.open(root, "drafter");
+        ModelFiles tf = ModelFiles.open(root, "target");
+        TokenCodec dc = TokenCodec.load(df.tokenizer);
+        TokenCodec tc = TokenCodec.load(tf.tokenizer);
+        ExecuTorchModel drafter = new ExecuTorchModel(df.pte, df.vocabSize, df.maxSeqLen);
+        ExecuTorchModel target = new ExecuTorchModel(tf.pte, tf.vocabSize, tf.maxSeqLen);
+        File seed = new File(root, "ngram-cache.json");
+        File source = cacheFile.isFile() ? cacheFile : (seed.isFile() ? seed : null);
+        NgramCache cache;
+        if (source != null) {
+            try {
+                cache = NgramCache.load(source, dc.sha256, tc.sha256, drafter.vocabSize(), target.vocabSize(), null, null);
+            } catch (CacheFileException e) {
+                // A foreign or damaged cache is refused, never silently used; start fresh and say so.
+                throw new CacheFileException(e.getMessage() + " (file: " + source + "; the app keeps its cache at " + cacheFile + ")");
+            }
+        } else {
+            cache = new NgramCache(dc.sha256, tc.sha256, drafter.vocabSize(), null, "lfu");
+        }
+        Set<Integer> eos = tf.eosIds.isEmpty() ? tc.eosIds : new HashSet<Integer>(tf.eosIds);
+        SpeculativeDecoder dec = new SpeculativeDecoder(target, tc, eos, drafter, dc, cache);
+        return new Engine(dec, cache, cacheFile, drafter, target);
+    }
+
+    void saveCache() throws IOException {
+        cache.save(cacheFile);
+    }
+
+    void close() {
+        drafter.close();
+        target.close();
+    }
+}
