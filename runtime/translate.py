@@ -127,6 +127,15 @@ class DrafterContext:
         virtual = 1 if spelled != want and spelled == b" " + want else 0  # SentencePiece's prepended "▁"
         return ids, self._starts(ids, 0, virtual)
 
+    def _at_char_start(self, n: int) -> bool:
+        """Token n starts a UTF-8 character (byte-fallback tokens can split one)."""
+        return n >= len(self.starts) or not 0x80 <= self.text[self.starts[n]] < 0xC0
+
+    def _char_boundary(self, n: int) -> int:
+        while n > 0 and not self._at_char_start(n):
+            n -= 1
+        return n
+
     def append(self, new_bytes: bytes) -> list[tuple[int, int, int]]:
         """Add accepted target bytes; re-tokenize the tail. Returns drafter (id, start, end) of the window."""
         self.text += new_bytes
@@ -140,10 +149,11 @@ class DrafterContext:
         if end <= self.valid_end:
             return []
         tb = self.codec.token_bytes
-        w = max(0, len(self.tokens) - self.lookbehind)
+        w = self._char_boundary(max(0, len(self.tokens) - self.lookbehind))
         # Prefer a window starting at a word or line boundary: re-tokenization is stable there.
         for cand in range(w, max(-1, w - 3 * self.lookbehind), -1):
-            if cand == 0 or tb[self.tokens[cand]][:1] in (b" ", b"\n") or tb[self.tokens[cand - 1]][-1:] == b"\n":
+            if cand == 0 or (self._at_char_start(cand) and (tb[self.tokens[cand]][:1] in (b" ", b"\n")
+                                                            or tb[self.tokens[cand - 1]][-1:] == b"\n")):
                 w = cand
                 break
         while True:
@@ -156,7 +166,7 @@ class DrafterContext:
             if ids is not None:
                 starts = self._starts(ids, start)
                 break
-            w = max(0, w - self.lookbehind)
+            w = self._char_boundary(max(0, w - self.lookbehind))
         self.tokens = self.tokens[:w] + ids
         self.starts = self.starts[:w] + starts
         self.valid_end = end
