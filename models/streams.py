@@ -57,13 +57,38 @@ def _code(split: str) -> list[Prompt]:
         if data.is_heldout(doc.id) == test:
             for name, prompt, ref in data.function_snippets(doc):
                 fns.append(Prompt(f"code/{doc.id}:{name}:{len(fns)}", "code", prompt, ref))
-    return out + _sample(fns, COUNTS[split] - len(out), f"code-{split}")
+    picked = _sample(fns, len(fns), f"code-{split}")
+    if test:
+        # The same method can sit in a held-out and a training module (abstract base classes):
+        # a test prompt must not occur verbatim anywhere in the training code.
+        seen = "\n".join(d.text for d in data.train_documents("code"))
+        picked = [p for p in picked if p.prompt not in seen][: COUNTS[split] * 2]
+    return out + picked[: COUNTS[split] - len(out)]
+
+
+def _unique_problems(start: int, count: int, exclude: set[str]) -> list[mathgen.Problem]:
+    """`count` problems from seed `start` on, skipping questions in `exclude` (small number ranges
+    make an identical question under another seed possible)."""
+    out, seed = [], start
+    while len(out) < count:
+        p = mathgen.make_problem(seed)
+        seed += 1
+        if p.question not in exclude:
+            out.append(p)
+            exclude = exclude | {p.question}
+    return out
+
+
+def _test_questions() -> set[str]:
+    return {p.question for p in _unique_problems(TEST_SEED0, COUNTS["test"], set())}
 
 
 def _math(split: str) -> list[Prompt]:
-    start = TEST_SEED0 if split == "test" else TRAIN_SEED0
-    return [Prompt(f"math/{p.seed}", "math", f"Question: {p.question}\nAnswer:", " " + p.solution)
-            for p in mathgen.problems(start, COUNTS[split])]
+    if split == "test":
+        probs = _unique_problems(TEST_SEED0, COUNTS["test"], set())
+    else:
+        probs = _unique_problems(TRAIN_SEED0, COUNTS["train"], _test_questions())
+    return [Prompt(f"math/{p.seed}", "math", f"Question: {p.question}\nAnswer:", " " + p.solution) for p in probs]
 
 
 def _cut(text: str, n: int) -> str:
@@ -146,7 +171,7 @@ def load_stream_file(path: str | Path) -> list[Prompt]:
 
 def math_training_problems(count: int) -> list[mathgen.Problem]:
     """`count` generated problems for target training, none sharing a question with a stream prompt."""
-    held = {p.question for p in mathgen.problems(TEST_SEED0, COUNTS["test"])}
+    held = _test_questions()
     out, seed = [], CORPUS_SEED0
     while len(out) < count:
         p = mathgen.make_problem(seed)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from omnidraft.errors import DataError, InvalidArgument, ModelFolderError
@@ -180,7 +181,7 @@ def load_checkpoint(ckpt_dir: Path, model, opt) -> tuple[int, list]:
         params = dict(model.named_parameters())
         opt_t = load_file(str(folder / "optimizer.safetensors"))
         state = json.loads((folder / "state.json").read_text())
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, SafetensorError) as exc:
         raise ModelFolderError(f"checkpoint in {ckpt_dir} is damaged ({exc}); delete that folder and train again") from exc
     for key, v in opt_t.items():
         name, k = key.split("::")
@@ -275,7 +276,7 @@ def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: 
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1
-        losses.append((step, round(loss.item(), 5)))
+        losses.append([step, round(loss.item(), 5)])
         tok_done += batch.numel()
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_done / (time.time() - t_start):.0f}")
