@@ -105,7 +105,11 @@ class SpeculativeDecoder:
         return self._mask
 
     def generate(self, prompt: str, cfg: DecodeConfig, on_text: Callable[[str], None] | None = None,
-                 trace: bool = False) -> DecodeResult:
+                 trace: bool = False, on_verified: Callable[[list[int], np.ndarray], None] | None = None
+                 ) -> DecodeResult:
+        """Decode ``prompt``. ``on_verified(tokens, logits)`` receives each round's committed target
+        tokens with the target logits rows they were accepted or drawn from (row i scores token i), so
+        online distillation reuses the verification passes instead of calling the target again."""
         cfg.validate()
         if not prompt:
             raise InvalidArgument("the prompt is empty; pass some text with --prompt")
@@ -119,6 +123,7 @@ class SpeculativeDecoder:
         if cfg.mode != "target-only" and self.drafter is None:
             raise InvalidArgument(f"mode {cfg.mode!r} needs a drafter; pass --drafter or use --mode target-only")
         run = _Run(self, prompt, ctx_p, cfg, on_text, trace)
+        run.on_verified = on_verified
         return run.target_only() if cfg.mode == "target-only" else run.speculative()
 
 
@@ -137,6 +142,7 @@ class _Run:
         self.text_out = bytearray()
         self.emitted = 0
         self.done = False
+        self.on_verified: Callable[[list[int], np.ndarray], None] | None = None
         dec.target.backend.reset()
 
     def _target(self, tokens: list[int]) -> np.ndarray:
@@ -181,7 +187,9 @@ class _Run:
         be = self.dec.target.backend
         while not self.done:
             logits = self._target(self.ctx_p[be.cached_len:])[-1]
-            self._commit([self._pick(logits)])
+            new = self._commit([self._pick(logits)])
+            if self.on_verified is not None and new:
+                self.on_verified(new, logits[None, :])
         return self._result(t_start)
 
     def speculative(self) -> DecodeResult:
@@ -248,6 +256,8 @@ class _Run:
             st.ngram_proposed += sum(key is not None for key in tr.keys)
             st.ngram_hits += len(hits)
             new = self._commit(tr.target_ids[:j] + [extra])
+            if self.on_verified is not None and new:
+                self.on_verified(new, rows[: len(new)])
             # 6) Reverse translation: re-tokenize the accepted text for the drafter, harvest n-grams.
             spelled = [dec.target.codec.spell([t]) for t in new]
             spans = []

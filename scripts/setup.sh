@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install everything omnidraft needs on a fresh machine (idempotent): system packages for the Java
+# core tests, a virtualenv with the pinned Python stack, and the tokenizers converted from the
+# llama.cpp vocabulary files (Llama-2's is not redistributable, so it is built here, never committed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v javac >/dev/null 2>&1 || [ ! -f /usr/share/java/junit4.jar ]; then
+  echo "[setup] installing JDK and JUnit 4 (Debian)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq default-jdk-headless junit4 >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv" >&2
+  python3 -m venv .venv
+fi
+# torch==2.13.0 is pinned in pyproject: an unpinned torch would pull a multi-GB CUDA build.
+if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, gguf, pytest, hypothesis" 2>/dev/null \
+   || [ pyproject.toml -nt .venv/.omnidraft-installed ]; then
+  echo "[setup] installing Python dependencies (a few minutes the first time)" >&2
+  .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, gguf, pytest, hypothesis"
+  touch .venv/.omnidraft-installed
+fi
+
+echo "[setup] converting tokenizers (cached in \${OMNIDRAFT_CACHE:-~/.cache/omnidraft})" >&2
+.venv/bin/python -m omnidraft.models.gguf_tokenizers llama-spm gpt-2 qwen2 llama-bpe >&2
+if [ -f models/bundled/drafter/config.json ]; then
+  .venv/bin/python -m omnidraft.models.train --install-tokenizers >&2
+fi

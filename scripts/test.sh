@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command (README and CI): install what is missing, run the Python tests, then the Java core.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || { echo "setup failed" >&2; exit 1; }
+.venv/bin/python -m pytest -q -p no:cacheprovider tests
+py=$?
+bash android_demo/ci/test_core.sh
+java=$?
+[ $py -eq 0 ] && [ $java -eq 0 ]
