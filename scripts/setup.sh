@@ -28,6 +28,8 @@ fi
 
 echo "[setup] converting tokenizers (cached in \${OMNIDRAFT_CACHE:-~/.cache/omnidraft})" >&2
 .venv/bin/python -m omnidraft.models.gguf_tokenizers llama-spm gpt-2 qwen2 llama-bpe >&2
+echo "[setup] fetching and building the offline data sets (cached)" >&2
+.venv/bin/python -m omnidraft.models.data >&2
 if [ -f models/bundled/drafter/config.json ]; then
   .venv/bin/python -m omnidraft.models.train --install-tokenizers >&2
 fi

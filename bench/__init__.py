@@ -1,0 +1,1 @@
+"""Running decoders over task streams: the demo, benchmarks and their reports."""

@@ -1,0 +1,36 @@
+"""`omnidraft demo`: one command, no network, the bundled pair end to end."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "run the bundled drafter/target pair: export, speculative decoding vs target-only, report"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="a smoke run (fewer prompts and tokens, about a minute)")
+    p.add_argument("--streams", default="code,math,text", help="comma-separated: code, math, text")
+    p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
+    p.add_argument("--prompts", type=int, help="held-out prompts per stream")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--draft-len", type=int, default=4, metavar="K")
+    p.add_argument("--out", type=Path, default=Path("reports/demo"), help="report folder (JSON + PNG)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from omnidraft.bench.demo import DemoSettings, main_print, run_demo
+    from omnidraft.errors import InvalidArgument
+
+    streams = tuple(s.strip() for s in args.streams.split(",") if s.strip())
+    s = (DemoSettings.quick if args.quick else DemoSettings)(streams=streams, backend=args.backend,
+                                                             draft_len=args.draft_len, out=args.out)
+    if args.prompts is not None:
+        if args.prompts < 1:
+            raise InvalidArgument("--prompts must be >= 1")
+        s.prompts = args.prompts
+    if args.max_new_tokens is not None:
+        s.max_new_tokens = args.max_new_tokens
+    report = run_demo(s)
+    main_print(report, s.out)
+    return 0
