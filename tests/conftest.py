@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# Tests run tiny models: one intra-op thread avoids thread-pool spinning that makes them 5-10x slower
+# on a 2-core machine (measured: 3.86 s -> 0.46 s for a 32-token tiny-model decode under load).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from pathlib import Path
 from typing import Callable
 
