@@ -252,8 +252,39 @@ def function_snippets(doc: Document, max_chars: int = 1500) -> list[tuple[str, s
     return out
 
 
-def main() -> int:
-    build()
+def corpus_stats() -> str:
+    """Markdown table: documents, characters and tokens (Llama-2 and GPT-2) per corpus and split."""
+    from tokenizers import Tokenizer
+
+    from omnidraft.models.gguf_tokenizers import get_tokenizer_dir
+
+    toks = {n: Tokenizer.from_file(str(get_tokenizer_dir(n) / "tokenizer.json")) for n in ("llama-spm", "gpt-2")}
+    he = [Document(f"humaneval:{p['task_id']}", "code", p["prompt"] + p["canonical_solution"]) for p in load_humaneval()]
+    corpora = {"stdlib": load_corpus("stdlib"), "humaneval": he, "gutenberg": load_corpus("gutenberg"),
+               "pydoc": load_corpus("pydoc")}
+    lines = ["| corpus | split | documents | characters | Llama-2 tokens | GPT-2 tokens |", "|---|---|---:|---:|---:|---:|"]
+    for name, docs in corpora.items():
+        for split, held in (("train", False), ("held-out", True)):
+            part = [d.text for d in docs if is_heldout(d.id) == held]
+            counts = {n: sum(len(e.ids) for e in t.encode_batch(part, add_special_tokens=False)) for n, t in toks.items()}
+            lines.append(f"| {name} | {split} | {len(part)} | {sum(map(len, part)):,} | "
+                         f"{counts['llama-spm']:,} | {counts['gpt-2']:,} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="fetch and build the offline corpora (idempotent)")
+    ap.add_argument("--stats", action="store_true", help="also print a markdown table of corpus sizes in tokens")
+    args = ap.parse_args(argv)
+    try:
+        build()
+        if args.stats:
+            print(corpus_stats())
+    except DataError as exc:
+        print(f"data: error: {exc}", file=sys.stderr)
+        return 1
     print(f"data cache: {cache_dir()}", file=sys.stderr)
     return 0
 

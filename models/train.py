@@ -125,6 +125,16 @@ def build_rows(recipe: dict[str, Any], tokenizer) -> np.ndarray:
     return allrows[perm][:n_rows]
 
 
+def domain_rows(recipe: dict[str, Any]) -> dict[str, int]:
+    """How many of the recipe's training rows come from each domain (mirrors build_rows' layout)."""
+    tr, d = recipe["train"], recipe["data"]
+    n_rows = tr["steps"] * tr["batch_size"]
+    labels = [dom for dom, frac in sorted(d["mix"].items()) for _ in range(int(math.ceil(frac * n_rows)))]
+    perm = np.random.default_rng(tr["seed"]).permutation(len(labels))
+    kept = [labels[i] for i in perm[:n_rows]]
+    return {dom: kept.count(dom) for dom in sorted(d["mix"])}
+
+
 def lr_at(step: int, tr: dict[str, Any]) -> float:
     """Linear warm-up then cosine decay to min_lr_ratio * lr; `step` counts from 0."""
     if step < tr["warmup_steps"]:
