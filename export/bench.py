@@ -1,0 +1,122 @@
+"""`omnidraft bench-export`: size, load time and step latency of every format x quant of one model."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.manifest import is_export_dir, load_manifest
+
+from . import recipes
+
+KS = tuple(range(1, 9))
+
+
+def plan(formats: list[str] | None, quants: list[str] | None) -> list[tuple[str, str]]:
+    formats = formats or list(recipes.FORMATS)
+    for f in formats:
+        if f not in recipes.QUANTS:
+            raise InvalidArgument(f"unknown format {f!r}; choose from: {', '.join(recipes.FORMATS)}")
+    known = {q for qs in recipes.QUANTS.values() for q in qs}
+    for q in quants or []:
+        if q not in known:
+            raise InvalidArgument(f"unknown quant {q!r}; choose from: "
+                                  + "; ".join(f"{f}: {', '.join(qs)}" for f, qs in recipes.QUANTS.items()))
+    pairs = [(f, q) for f in formats for q in recipes.QUANTS[f] if not quants or q in quants]
+    if not pairs:
+        raise InvalidArgument(f"no quant in {quants} applies to formats {formats}")
+    return pairs
+
+
+def open_backend(export_dir: Path):
+    manifest = load_manifest(export_dir)
+    if manifest.format == "onnx":
+        from omnidraft.runtime.backends.ort import OrtBackend
+
+        return OrtBackend(export_dir, manifest)
+    from omnidraft.runtime.backends.executorch import ExecuTorchBackend
+
+    return ExecuTorchBackend(export_dir, manifest)
+
+
+def time_steps(backend, context: int, repeats: int, ks=KS) -> dict[str, float]:
+    """Median ms of a k-token forward at position ``context`` (rolled back after each call), the
+    way the speculative loop verifies drafts."""
+    ids = [(7 * i + 3) % backend.vocab_size for i in range(context + max(ks))]
+    backend.reset()
+    backend.forward(ids[:context], 0)
+    out = {}
+    for k in ks:
+        samples = []
+        for r in range(repeats + 2):  # two warm-up calls
+            t = time.perf_counter()
+            backend.forward(ids[context:context + k], context)
+            dt = time.perf_counter() - t
+            backend.rollback(context)
+            if r >= 2:
+                samples.append(dt * 1e3)
+        out[str(k)] = statistics.median(samples)
+    return out
+
+
+def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=None, max_seq_len: int = 256,
+              context: int = 64, repeats: int = 20, reuse: bool = False) -> dict:
+    from .pipeline import export_model
+
+    pairs = plan(formats, quants)
+    if context + max(KS) > max_seq_len:
+        raise InvalidArgument(f"--context {context} + 8 verify tokens exceeds --max-seq-len {max_seq_len}")
+    out = Path(out_dir)
+    rows = []
+    for fmt, quant in pairs:
+        d = out / f"{fmt}-{quant}"
+        export_s = None
+        if not (reuse and is_export_dir(d)):
+            print(f"bench-export: exporting {fmt}/{quant} …", file=sys.stderr)
+            t = time.perf_counter()
+            export_model(model_dir, fmt, quant, max_seq_len, d, progress=False)
+            export_s = time.perf_counter() - t
+        t = time.perf_counter()
+        backend = open_backend(d)
+        load_ms = (time.perf_counter() - t) * 1e3
+        m = backend.manifest
+        ms = time_steps(backend, context, repeats)
+        del backend
+        rows.append({"format": fmt, "quant": quant, "artifact": str(d / m.artifact_file),
+                     "size_mib": m.artifact_bytes / 2**20, "export_s": export_s,
+                     "load_ms": load_ms, "step_ms": ms["1"], "verify_ms": ms,
+                     "parity": m.parity.get("top1_agreement") if m.quant != "fp32" else m.parity.get("max_abs_diff")})
+    result = {"model": str(Path(model_dir).resolve()), "context": context, "repeats": repeats,
+              "max_seq_len": max_seq_len, "threads": os.cpu_count(), "rows": rows}
+    _write(out / "bench_export.json", json.dumps(result, indent=2) + "\n")
+    _write(out / "bench_export.md", markdown(result))
+    return result
+
+
+def markdown(result: dict) -> str:
+    head = ("| format | quant | size MiB | load ms | 1-token ms | " + " | ".join(f"k={k} ms" for k in KS)
+            + " | parity |\n|" + "---|" * (5 + len(KS) + 1) + "\n")
+    lines = []
+    for r in result["rows"]:
+        par = r["parity"]
+        par_s = f"{par:.1%} top-1" if r["quant"] != "fp32" else f"{par:.1e} max Δ"
+        lines.append(f"| {r['format']} | {r['quant']} | {r['size_mib']:.2f} | {r['load_ms']:.0f} | "
+                     f"{r['step_ms']:.2f} | " + " | ".join(f"{r['verify_ms'][str(k)]:.2f}" for k in KS)
+                     + f" | {par_s} |")
+    return (f"Model: `{result['model']}`; medians of {result['repeats']} calls at context {result['context']}, "
+            f"cache {result['max_seq_len']}, {result['threads']} CPU threads.\n\n" + head + "\n".join(lines) + "\n")
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)

@@ -1,0 +1,122 @@
+"""Parity gate: run an exported artifact through its runtime backend and compare with eager PyTorch.
+
+Schedule (what the speculative loop does to a target): prefill n tokens, decode 1, verify 4 at
+once, roll back to keep 1 of the 4, decode a different token there, verify 3 more. The eager
+reference is a cache-free full-sequence forward of the same token sequence, so any stale KV row,
+off-by-one position or wrong mask after the rollback shows up as a difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from omnidraft.errors import ExportError, ModelFolderError
+
+from .recipes import FP32_MAX_ABS_DIFF, MIN_MAX_SEQ_LEN
+
+# Natural text so that a trained model's predictions are confident (random ids would make every
+# model look uncertain and top-1 agreement meaningless).
+PARITY_TEXT = (
+    "The quick brown fox jumps over the lazy dog. Speculative decoding lets a small draft model "
+    "propose several tokens that a larger target model verifies in a single forward pass.\n"
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n"
+    "Once upon a time there was a little town by the sea, where the fishermen told stories "
+    "about the weather, the tides and the price of bread. Question: what is 12 plus 30? Answer: 42."
+)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    prefill: int
+    tokens_a: list[int]   # sequence before the rollback
+    tokens_b: list[int]   # sequence after it: tokens_a[:prefill+2] + [alt] + 3 more
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens_b)
+
+
+def parity_tokens(tokenizer_file: Path, vocab_size: int, max_seq_len: int) -> Schedule:
+    from tokenizers import Tokenizer
+
+    try:
+        ids = Tokenizer.from_file(str(tokenizer_file)).encode(PARITY_TEXT, add_special_tokens=False).ids
+    except Exception as exc:  # tokenizers raises plain Exception for malformed files
+        raise ModelFolderError(f"cannot read {tokenizer_file} ({exc}); save the model's fast tokenizer there") from exc
+    if not ids:
+        raise ModelFolderError(f"{tokenizer_file} encodes text to no tokens; it is not a usable tokenizer")
+    if max(ids) >= vocab_size:
+        raise ModelFolderError(f"{tokenizer_file} produces id {max(ids)} but the model has only {vocab_size} "
+                               "logits; the tokenizer does not belong to this model")
+    n = min(32, max_seq_len - 12)
+    need = n + 8
+    ids = (ids * (need // len(ids) + 1))[:need]
+    a = ids[: n + 5]
+    alt = (ids[n + 2] + 1) % vocab_size
+    b = ids[: n + 2] + [alt] + ids[n + 5: n + 8]
+    return Schedule(prefill=n, tokens_a=a, tokens_b=b)
+
+
+@torch.no_grad()
+def reference_logits(model: torch.nn.Module, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    def run(ids: list[int]) -> np.ndarray:
+        return model(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    return run(sched.tokens_a), run(sched.tokens_b)
+
+
+def run_artifact(backend, sched: Schedule) -> dict[str, tuple[np.ndarray, slice, str]]:
+    """step -> (artifact logits, rows of the reference they match, which reference 'a'|'b')."""
+    n, a, b = sched.prefill, sched.tokens_a, sched.tokens_b
+    backend.reset()
+    steps = {"prefill": (backend.forward(a[:n], 0), slice(0, n), "a"),
+             "decode": (backend.forward(a[n:n + 1], n), slice(n, n + 1), "a"),
+             "verify": (backend.forward(a[n + 1:n + 5], n + 1), slice(n + 1, n + 5), "a")}
+    backend.rollback(n + 2)
+    steps["rollback_decode"] = (backend.forward(b[n + 2:n + 3], n + 2), slice(n + 2, n + 3), "b")
+    steps["rollback_verify"] = (backend.forward(b[n + 3:n + 6], n + 3), slice(n + 3, n + 6), "b")
+    backend.reset()
+    return steps
+
+
+def compare(steps: dict, ref_a: np.ndarray, ref_b: np.ndarray) -> dict:
+    """Per-step and overall max |diff| and greedy top-1 agreement."""
+    out: dict = {"steps": {}}
+    worst, hits, total = 0.0, 0, 0
+    for name, (got, rows, which) in steps.items():
+        ref = (ref_a if which == "a" else ref_b)[rows]
+        if got.shape != ref.shape:
+            raise ExportError(f"parity: {name} returned logits of shape {got.shape}, expected {ref.shape}")
+        diff = float(np.abs(got - ref).max())
+        agree = int((got.argmax(-1) == ref.argmax(-1)).sum())
+        out["steps"][name] = {"max_abs_diff": diff, "top1_agree": agree, "positions": len(ref)}
+        worst, hits, total = max(worst, diff), hits + agree, total + len(ref)
+    out.update(max_abs_diff=worst, top1_agreement=hits / total, positions=total,
+               logit_scale=float(np.abs(ref_a).max()))
+    return out
+
+
+def check_fp32(fig: dict, what: str) -> None:
+    if not np.isfinite(fig["max_abs_diff"]) or fig["max_abs_diff"] > FP32_MAX_ABS_DIFF:
+        worst = max(fig["steps"], key=lambda s: fig["steps"][s]["max_abs_diff"])
+        raise ExportError(f"parity gate failed: {what} differs from eager PyTorch by {fig['max_abs_diff']:.3g} "
+                          f"(limit {FP32_MAX_ABS_DIFF:g}, worst step: {worst}); the lowering is wrong — "
+                          "do not use this artifact, report the model config")
+
+
+def check_top1(fig: dict, what: str, threshold: float) -> None:
+    if not np.isfinite(fig["max_abs_diff"]) or fig["top1_agreement"] < threshold:
+        raise ExportError(f"parity gate failed: {what} agrees with its eager reference on "
+                          f"{fig['top1_agreement']:.1%} of greedy top-1 tokens (needs {threshold:.0%}); the "
+                          "quantized artifact is broken or the model is near-untrained (then lower the bar "
+                          "with --min-top1, or use --quant fp32)")
+
+
+def check_schedule_fits(max_seq_len: int) -> None:
+    if max_seq_len < MIN_MAX_SEQ_LEN:
+        from omnidraft.errors import InvalidArgument
+
+        raise InvalidArgument(f"--max-seq-len {max_seq_len} is too small; use at least {MIN_MAX_SEQ_LEN}")

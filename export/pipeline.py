@@ -1,0 +1,232 @@
+"""`omnidraft export`: HF folder -> quantized, lowered artifact + manifest, gated on parity."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from importlib import metadata
+from pathlib import Path
+
+from omnidraft.errors import ExportError, InvalidArgument
+from omnidraft.runtime.manifest import MANIFEST_FILE, Manifest, sha256_file, write_manifest
+
+from . import recipes
+from .hf_model import SIDE_FILES, TOKENIZER_FILE, inspect_folder, weights_sha256
+
+VERSIONED = ("torch", "executorch", "torchao", "transformers", "onnx", "onnxruntime", "omnidraft")
+
+
+@dataclass
+class ExportResult:
+    out_dir: Path
+    manifest: Manifest
+    seconds: float
+
+    def summary(self) -> str:
+        m, p = self.manifest, self.manifest.parity
+        size = m.artifact_bytes / 2**20
+        if m.quant == "fp32":
+            fig = f"max |Δlogit| {p['max_abs_diff']:.2g} vs eager"
+        else:
+            fig = f"top-1 {p['top1_agreement']:.1%} vs {p['reference']} (max |Δ| {p['max_abs_diff']:.2g})"
+        return (f"exported {m.format}/{m.quant} {m.architecture} -> {self.out_dir / m.artifact_file} "
+                f"({size:.1f} MiB) in {self.seconds:.1f} s; parity {fig}")
+
+
+def _quiet_libraries() -> None:
+    for name in ("torchao", "torch.utils._pytree", "torch.onnx", "onnxruntime"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in VERSIONED:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def _prepare_out_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-")
+        probe.close()
+    except OSError as exc:
+        raise InvalidArgument(f"cannot write to output folder {out} ({exc.strerror or exc}); "
+                              "pick a writable --out folder") from None
+
+
+def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, out_dir: str | Path,
+                 embedding_quant: str = "none", min_top1: float | None = None,
+                 progress: bool = True) -> ExportResult:
+    """Export, gate and write. Raises ExportError (nothing is published) if the gate fails."""
+    t0 = time.perf_counter()
+    recipes.check_choice(fmt, quant, embedding_quant)
+    info = inspect_folder(model_dir)
+    if max_seq_len > info.max_position_embeddings:
+        raise InvalidArgument(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
+                              f"({info.max_position_embeddings}); use at most that")
+    from .parity import check_schedule_fits
+
+    check_schedule_fits(max_seq_len)
+    threshold = recipes.MIN_TOP1_AGREEMENT if min_top1 is None else float(min_top1)
+    if not 0.0 <= threshold <= 1.0:
+        raise InvalidArgument(f"--min-top1 must be within [0, 1] (got {min_top1})")
+    out = Path(out_dir)
+    _prepare_out_dir(out)
+    _quiet_libraries()
+    command = " ".join(shlex.quote(str(a)) for a in [
+        "omnidraft", "export", "--model", model_dir, "--format", fmt, "--quant", quant,
+        "--max-seq-len", max_seq_len, "--out", out_dir] + (["--embedding-quant", embedding_quant]
+                                                           if embedding_quant != "none" else []))
+
+    from tqdm import tqdm
+
+    stages = ["load model", "export + lower", "parity gate", "write"]
+    bar = tqdm(total=len(stages), desc="export", file=sys.stderr, disable=not progress,
+               bar_format="{desc} [{n}/{total}] {elapsed}")
+
+    def stage(i: int) -> None:
+        bar.n = i
+        bar.set_description(f"export: {stages[i]}")  # also redraws
+
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    try:
+        stage(0)
+        from .hf_model import load_model
+
+        model = load_model(info)
+        stage(1)
+        from . import parity
+
+        sched = parity.parity_tokens(info.folder / TOKENIZER_FILE, info.vocab_size, max_seq_len)
+        artifact = staging / recipes.ARTIFACT_FILES[fmt]
+        if fmt == "onnx":
+            build = _build_onnx
+        else:
+            build = _build_executorch
+        inputs, outputs, skipped, figures = build(model, info, quant, embedding_quant, max_seq_len,
+                                                  artifact, sched, threshold, stage)
+        stage(3)
+        manifest = Manifest(
+            format=fmt, quant=quant, embedding_quant=embedding_quant, architecture=info.architecture,
+            vocab_size=info.vocab_size, max_seq_len=max_seq_len, num_layers=info.num_layers,
+            num_kv_heads=info.num_kv_heads, head_dim=info.head_dim, inputs=inputs, outputs=outputs,
+            artifact_file=artifact.name, artifact_sha256=sha256_file(artifact),
+            artifact_bytes=artifact.stat().st_size, tokenizer_file=TOKENIZER_FILE,
+            tokenizer_sha256=sha256_file(info.folder / TOKENIZER_FILE),
+            source_model=str(info.folder.resolve()), source_model_sha256=weights_sha256(info),
+            exporter_versions=_versions(), eos_token_ids=_eos_list(info.eos_token_id),
+            bos_token_id=info.bos_token_id, parity=figures, export_command=command, skipped_layers=skipped)
+        _publish(staging, out, info.folder, manifest)
+        bar.n = len(stages)
+        bar.set_description("export: done")
+    finally:
+        bar.close()
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(out, manifest, time.perf_counter() - t0)
+
+
+def _eos_list(eos) -> list[int]:
+    if eos is None:
+        return []
+    return [int(e) for e in eos] if isinstance(eos, list) else [int(eos)]
+
+
+def _provisional(fmt: str, quant: str, info, max_seq_len: int, artifact: Path, inputs, outputs) -> Manifest:
+    """In-memory manifest so the gate can run the artifact through the real runtime backend."""
+    return Manifest(format=fmt, quant=quant, architecture=info.architecture, vocab_size=info.vocab_size,
+                    max_seq_len=max_seq_len, num_layers=info.num_layers, num_kv_heads=info.num_kv_heads,
+                    head_dim=info.head_dim, inputs=inputs, outputs=outputs, artifact_file=artifact.name,
+                    artifact_sha256="", artifact_bytes=1, tokenizer_file=TOKENIZER_FILE, tokenizer_sha256="",
+                    source_model_sha256="", exporter_versions={}, eos_token_ids=[], bos_token_id=None,
+                    parity={}, export_command="omnidraft export ...")
+
+
+def _build_onnx(model, info, quant, embedding_quant, max_seq_len, artifact, sched, threshold, stage):
+    from . import parity
+    from .onnx_export import export_onnx
+    from .quantize import ort_quantize, ort_reference
+    from omnidraft.runtime.backends.ort import OrtBackend
+
+    fp32_path = artifact if quant == "fp32" else artifact.with_name("fp32.onnx")
+    inputs, outputs = export_onnx(model, info, fp32_path)
+    stage(2)
+    ref_a, ref_b = parity.reference_logits(model, sched)
+    prov = _provisional("onnx", quant, info, max_seq_len, fp32_path, inputs, outputs)
+    fp32_fig = parity.compare(parity.run_artifact(OrtBackend(fp32_path.parent, prov), sched), ref_a, ref_b)
+    # Quantization starts from this graph, so it must be right before anything else is judged.
+    parity.check_fp32(fp32_fig, "the fp32 ONNX graph")
+    if quant == "fp32":
+        return inputs, outputs, [], {**fp32_fig, "reference": "fp32-eager",
+                                                   "threshold_max_abs_diff": parity.FP32_MAX_ABS_DIFF}
+    ort_quantize(fp32_path, artifact, quant)
+    fp32_path.unlink()
+    backend = OrtBackend(artifact.parent, replace(prov, artifact_file=artifact.name))
+    steps = parity.run_artifact(backend, sched)
+    fig = parity.compare(steps, *parity.reference_logits(ort_reference(model, quant), sched))
+    vs_fp32 = parity.compare(steps, ref_a, ref_b)
+    parity.check_top1(fig, f"the {quant} ONNX graph", threshold)
+    return inputs, outputs, [], {
+        **fig, "reference": "quantized-eager", "threshold_top1": threshold,
+        "fp32_graph_max_abs_diff": fp32_fig["max_abs_diff"],
+        "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}
+
+
+def _build_executorch(model, info, quant, embedding_quant, max_seq_len, artifact, sched, threshold, stage):
+    import copy
+
+    from . import parity
+    from .executorch_export import INPUTS, OUTPUTS, export_pte
+    from .quantize import quantize_embedding_int8, torchao_quantize
+    from omnidraft.runtime.backends.executorch import ExecuTorchBackend
+
+    fp32_ref = parity.reference_logits(model, sched) if quant != "fp32" or embedding_quant != "none" else None
+    qmodel = copy.deepcopy(model) if fp32_ref is not None else model
+    skipped: list[str] = []
+    if quant != "fp32":
+        skipped = torchao_quantize(qmodel, quant)
+        if skipped:
+            print(f"note: {len(skipped)} linear layer(s) left in fp32 because their in_features is not a multiple "
+                  f"of {recipes.GROUP_SIZE}: {', '.join(skipped[:6])}{' …' if len(skipped) > 6 else ''}",
+                  file=sys.stderr)
+    if embedding_quant == "int8":
+        quantize_embedding_int8(qmodel)
+    ref_a, ref_b = parity.reference_logits(qmodel, sched)  # the quantized eager reference
+    export_pte(qmodel, max_seq_len, artifact)
+    stage(2)
+    prov = _provisional("executorch", quant, info, max_seq_len, artifact, INPUTS, OUTPUTS)
+    steps = parity.run_artifact(ExecuTorchBackend(artifact.parent, prov), sched)
+    fig = parity.compare(steps, ref_a, ref_b)
+    if fp32_ref is None:
+        parity.check_fp32(fig, "the fp32 .pte")
+        return INPUTS, OUTPUTS, skipped, {**fig, "reference": "fp32-eager",
+                                                        "threshold_max_abs_diff": parity.FP32_MAX_ABS_DIFF}
+    vs_fp32 = parity.compare(steps, *fp32_ref)
+    parity.check_top1(fig, f"the {quant} .pte", threshold)
+    return INPUTS, OUTPUTS, skipped, {
+        **fig, "reference": "quantized-eager", "threshold_top1": threshold,
+        "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}
+
+
+def _publish(staging: Path, out: Path, model_dir: Path, manifest: Manifest) -> None:
+    """Move the artifact and tokenizer files in; manifest last so a half-written export never
+    validates (the stale manifest is removed first)."""
+    (out / MANIFEST_FILE).unlink(missing_ok=True)
+    for name in (TOKENIZER_FILE, *SIDE_FILES):
+        if (model_dir / name).is_file():
+            shutil.copyfile(model_dir / name, staging / name)
+    for other in recipes.ARTIFACT_FILES.values():  # a previous export of the other format
+        if other != manifest.artifact_file:
+            (out / other).unlink(missing_ok=True)
+    for f in staging.iterdir():
+        os.replace(f, out / f.name)
+    write_manifest(out, manifest)

@@ -1,0 +1,143 @@
+"""Quantization recipes: torchao for ExecuTorch, onnxruntime.quantization for ONNX, and the eager
+references the parity gate compares each quantized artifact with."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import logging
+from pathlib import Path
+
+import torch
+
+from omnidraft.errors import ExportError
+
+from .recipes import GROUP_SIZE
+
+
+def untie_lm_head(model: torch.nn.Module) -> None:
+    """Give lm_head its own weight: quantizing a tied Linear would also swap the embedding's
+    Parameter for a quantized tensor that nn.Embedding cannot index."""
+    head, emb = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and head.weight is emb.weight:
+        head.weight = torch.nn.Parameter(emb.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+
+
+# --- ExecuTorch (torchao) ------------------------------------------------------------------------
+
+def torchao_quantize(model: torch.nn.Module, quant: str) -> list[str]:
+    """Apply 8da4w / 8da8w in place; return the Linear layers left in fp32.
+
+    Only Int8DynamicActivationIntxWeightConfig is used: XNNPACK runs it natively, whereas
+    IntxWeightOnlyConfig lowers to garbage logits on XNNPACK (see shared notes). A 4-bit group
+    must divide the layer's in_features, so layers that do not fit are skipped and reported.
+    """
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if quant == "8da4w":
+        cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE))
+    elif quant == "8da8w":
+        cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    else:
+        raise ValueError(quant)
+    untie_lm_head(model)
+    skipped = [name for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and quant == "8da4w" and m.in_features % GROUP_SIZE]
+
+    def fits(m: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(m, torch.nn.Linear) and fqn not in skipped
+
+    quantize_(model, cfg, filter_fn=fits)
+    return skipped
+
+
+def quantize_embedding_int8(model: torch.nn.Module) -> None:
+    """8-bit per-row embedding via ExecuTorch's own handler: it emits quantized_decomposed.
+    embedding_byte, which the runtime's quantized kernel library executes."""
+    from executorch.examples.models.llama.source_transformation.quantize import EmbeddingQuantHandler
+
+    untie_lm_head(model)
+    with contextlib.redirect_stdout(io.StringIO()):  # the handler prints one line per table
+        EmbeddingQuantHandler(model, bitwidth=8, group_size=None, packed=False,
+                              quantize_with_hqq=False).quantized_model()
+
+
+# --- ONNX Runtime ---------------------------------------------------------------------------------
+
+def ort_quantize(src: Path, dst: Path, quant: str) -> None:
+    """int8: dynamic, per-channel, MatMul weights. int4: MatMulNBits block 32 plus the embedding Gather."""
+    root = logging.getLogger()
+    saved = root.level
+    root.setLevel(logging.ERROR)  # the quantizers log advice and per-node INFO lines on the root logger
+    try:
+        if quant == "int8":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            # reduce_range (7-bit weights): on AVX2 CPUs without VNNI the u8s8 MatMulInteger kernel
+            # saturates int16 pair sums; measured max |logit diff| vs fp32 0.16 without, 0.016 with.
+            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                             reduce_range=True, op_types_to_quantize=["MatMul"])
+        elif quant == "int4":
+            import onnx
+            from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+            q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=GROUP_SIZE, is_symmetric=True,
+                                     op_types_to_quantize=("MatMul", "Gather"),
+                                     quant_axes=(("MatMul", 0), ("Gather", 1)))
+            q.process()
+            q.model.save_model_to_file(str(dst), use_external_data_format=False)
+        else:
+            raise ValueError(quant)
+    except (ValueError, RuntimeError, KeyError) as exc:
+        raise ExportError(f"onnxruntime {quant} quantization failed ({exc}); try --quant fp32 or another quant") from exc
+    finally:
+        root.setLevel(saved)
+
+
+def _fq_int8_reduced(w: torch.Tensor) -> torch.Tensor:
+    """quantize_dynamic weights: symmetric per output channel, reduced range [-64, 64]."""
+    s = w.abs().amax(1, keepdim=True) / 64
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    return (w / s).round().clamp(-64, 64) * s
+
+
+def _fq_int4_block(w: torch.Tensor, block: int = GROUP_SIZE) -> torch.Tensor:
+    """MatMulNBits / GatherBlockQuantized symmetric int4: blocks of ``block`` along dim 1, the
+    signed absolute maximum maps to -8."""
+    rows, cols = w.shape
+    pad = (-cols) % block
+    wp = torch.nn.functional.pad(w, (0, pad)).reshape(rows, -1, block)
+    mx = torch.gather(wp, -1, wp.abs().argmax(-1, keepdim=True))
+    s = mx / -8
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    return ((wp / s).round().clamp(-8, 7) * s).reshape(rows, -1)[:, :cols]
+
+
+def _fq_uint8_dynamic(module: torch.nn.Module, args: tuple) -> tuple:
+    """DynamicQuantizeLinear: per-tensor asymmetric uint8 on each MatMul input."""
+    x = args[0]
+    lo, hi = x.min().clamp(max=0), x.max().clamp(min=0)
+    s = (hi - lo) / 255
+    if s == 0:
+        return args
+    zp = (-lo / s).round().clamp(0, 255)
+    return (((x / s).round() + zp).clamp(0, 255) - zp) * s, *args[1:]
+
+
+def ort_reference(model: torch.nn.Module, quant: str) -> torch.nn.Module:
+    """An eager copy computing what the ORT-quantized graph computes, up to kernel rounding."""
+    ref = copy.deepcopy(model)
+    untie_lm_head(ref)
+    with torch.no_grad():
+        for m in ref.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.copy_(_fq_int8_reduced(m.weight) if quant == "int8" else _fq_int4_block(m.weight))
+                if quant == "int8":
+                    m.register_forward_pre_hook(_fq_uint8_dynamic)
+        if quant == "int4":
+            emb = ref.get_input_embeddings()
+            emb.weight.copy_(_fq_int4_block(emb.weight))
+    return ref.eval()

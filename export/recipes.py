@@ -1,0 +1,54 @@
+"""What can be exported, and how strictly each artifact is checked. Pure Python: the CLI reads
+these tables to validate options and print choices without importing torch."""
+
+from __future__ import annotations
+
+from omnidraft.errors import InvalidArgument
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+
+# format -> allowed --quant values (first one is the default)
+QUANTS: dict[str, tuple[str, ...]] = {
+    "onnx": ("fp32", "int8", "int4"),
+    "executorch": ("fp32", "8da4w", "8da8w"),
+}
+FORMATS = tuple(QUANTS)
+EMBEDDING_QUANTS = ("none", "int8")
+ARTIFACT_FILES = {"onnx": "model.onnx", "executorch": "model.pte"}
+
+# torchao 8da4w groups and ORT MatMulNBits blocks. 32 is the finest group XNNPACK's 4-bit kernel
+# and MatMulNBits both take; every hidden size of the supported families is a multiple of it.
+GROUP_SIZE = 32
+
+# Parity gate thresholds.
+# fp32: the artifact computes the same math as eager PyTorch in another kernel order; measured
+# differences on Llama/Qwen2 are ~1e-7..1e-6, so 1e-4 leaves two orders of margin while still
+# catching any real lowering bug (wrong mask, stale KV, wrong rope position: all >= 1e-2).
+FP32_MAX_ABS_DIFF = 1e-4
+# Quantized artifacts are compared with their *own* quantized eager reference (torchao-quantized
+# module for ExecuTorch; the fp32 model with weights/activations quantize-dequantized exactly as
+# ONNX Runtime's quantizers do, for ONNX). What remains is kernel arithmetic: XNNPACK's 8da4w
+# kernel differs from torchao eager by ~2 % of the logit scale, ORT's int8 MatMulInteger by ~1 %.
+# Such noise only flips the argmax where the top-2 margin is below it; 0.90 tolerates 10 % such
+# near-ties, while a broken graph (e.g. torchao IntxWeightOnlyConfig on XNNPACK, which emits
+# garbage) agrees on ~1/vocab of positions. Override with --min-top1 for near-untrained models.
+MIN_TOP1_AGREEMENT = 0.90
+
+# Smallest cache that fits the parity schedule (prefill, decode, verify, rollback, verify).
+MIN_MAX_SEQ_LEN = 24
+
+
+def check_choice(fmt: str, quant: str, embedding_quant: str = "none") -> None:
+    """Refuse an unknown format / quant / embedding quant, listing the valid values."""
+    if fmt not in QUANTS:
+        raise InvalidArgument(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if quant not in QUANTS[fmt]:
+        raise InvalidArgument(
+            f"unknown quant {quant!r} for format {fmt}; choose one of: {', '.join(QUANTS[fmt])}")
+    if embedding_quant not in EMBEDDING_QUANTS:
+        raise InvalidArgument(
+            f"unknown embedding quant {embedding_quant!r}; choose one of: {', '.join(EMBEDDING_QUANTS)}")
+    if embedding_quant != "none" and fmt != "executorch":
+        raise InvalidArgument(
+            "--embedding-quant applies to --format executorch only (ONNX int4 already quantizes "
+            "the embedding Gather); drop the option or switch format")

@@ -1,0 +1,33 @@
+"""`omnidraft bench-export`: one table of size / load time / step latency per format x quant."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "export a model in every format x quant and measure size, load time and k-token step latency"
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="Hugging Face model folder to export")
+    parser.add_argument("--out", required=True, help="folder for the exports and bench_export.{json,md}")
+    parser.add_argument("--formats", type=_csv, default=None, help="comma list (default: onnx,executorch)")
+    parser.add_argument("--quants", type=_csv, default=None, help="comma list (default: every quant of each format)")
+    parser.add_argument("--max-seq-len", type=int, default=256, help="exported cache size (default 256)")
+    parser.add_argument("--context", type=int, default=64, help="tokens in the cache when timing (default 64)")
+    parser.add_argument("--repeats", type=int, default=20, help="timed calls per figure; medians reported")
+    parser.add_argument("--reuse", action="store_true", help="skip exports already present in --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    from omnidraft.export.bench import run_bench
+
+    result = run_bench(args.model, args.out, args.formats, args.quants, args.max_seq_len,
+                       args.context, args.repeats, args.reuse)
+    from omnidraft.export.bench import markdown
+
+    print(markdown(result), end="")
+    return 0

@@ -1,0 +1,86 @@
+"""ExecuTorch backend for a `.pte` exported by export/executorch_export.py.
+
+The program has one method ``forward(input_ids[1,k], cache_position[k]) -> logits[1,k,V]`` with
+the KV cache held inside the program (mutable buffers). Writing at position p overwrites the
+cache rows from p on and the causal mask hides anything later, so rollback is just bookkeeping:
+the next call starts at the kept length.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from omnidraft.errors import ManifestError, ModelFolderError
+from omnidraft.runtime.backends.base import check_forward_args
+from omnidraft.runtime.manifest import Manifest
+
+for _name in ("torchao", "torch.utils._pytree"):  # import-time chatter about optional CUDA kernels
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+import torch  # noqa: E402  (executorch's Python runtime exchanges torch tensors)
+from executorch.runtime import Runtime  # noqa: E402
+
+_ops_loaded = False
+
+
+def _load_kernel_libraries() -> None:
+    """Register the non-core operators a .pte may reference (8-bit embedding lookup, LLM custom
+    ops); loading a program that uses them without this fails with "Missing operator"."""
+    global _ops_loaded
+    if _ops_loaded:
+        return
+    import executorch.kernels.quantized  # noqa: F401
+    try:
+        import executorch.extension.llm.custom_ops  # noqa: F401
+    except (ImportError, OSError):  # optional: only programs from the LLM export path need it
+        pass
+    _ops_loaded = True
+
+
+class ExecuTorchBackend:
+    name = "executorch"
+
+    def __init__(self, export_dir: str | Path, manifest: Manifest) -> None:
+        if manifest.format != "executorch":
+            raise ManifestError(f"{export_dir} holds a {manifest.format} export, not executorch; "
+                                "load it with its own backend")
+        _load_kernel_libraries()
+        path = Path(export_dir) / manifest.artifact_file
+        try:
+            program = Runtime.get().load_program(path)
+            self._method = program.load_method("forward")
+        except Exception as exc:  # the pybind layer raises RuntimeError/ValueError for bad programs
+            raise ModelFolderError(f"ExecuTorch cannot load {path} ({str(exc).splitlines()[0][:200]}); "
+                                   f"re-export with `{manifest.export_command}`") from None
+        if self._method is None:
+            raise ModelFolderError(f"{path} has no forward method; re-export with `{manifest.export_command}`")
+        self.manifest = manifest
+        self.export_dir = Path(export_dir)
+        self.vocab_size = manifest.vocab_size
+        self.max_seq_len = manifest.max_seq_len
+        self._len = 0
+
+    @property
+    def cached_len(self) -> int:
+        return self._len
+
+    def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+        check_forward_args(self, token_ids, start_pos)
+        k = len(token_ids)
+        ids = torch.tensor([list(token_ids)], dtype=torch.long)
+        pos = torch.arange(start_pos, start_pos + k, dtype=torch.long)
+        out = self._method.execute([ids, pos])[0]
+        self._len = start_pos + k
+        return out[0].numpy().astype(np.float32, copy=False)
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self._len:
+            raise ValueError(f"executorch: rollback to {length} but the cache holds {self._len}")
+        self._len = length
+
+    def reset(self) -> None:
+        self._len = 0

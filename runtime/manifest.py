@@ -1,0 +1,140 @@
+"""The manifest.json written beside every exported artifact, and its validation at load time.
+
+Pure Python (json + hashlib) on purpose: the ONNX Runtime path must load without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from omnidraft.errors import ManifestError, ModelFolderError
+
+MANIFEST_FILE = "manifest.json"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: str                      # "onnx" | "executorch"
+    quant: str                       # "fp32" | "int8" | "int4" | "8da4w" | "8da8w"
+    architecture: str                # e.g. "LlamaForCausalLM"
+    vocab_size: int
+    max_seq_len: int                 # positions the runtime may hold in its KV cache
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    inputs: list[str]
+    outputs: list[str]
+    artifact_file: str               # file name inside the export folder
+    artifact_sha256: str
+    artifact_bytes: int
+    tokenizer_file: str
+    tokenizer_sha256: str
+    source_model_sha256: str
+    exporter_versions: dict[str, str]
+    eos_token_ids: list[int]
+    bos_token_id: int | None
+    parity: dict[str, Any]
+    export_command: str              # how to rebuild this folder (quoted in errors)
+    embedding_quant: str = "none"
+    source_model: str = ""
+    skipped_layers: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+_REQUIRED = [f.name for f in fields(Manifest) if f.default is MISSING and f.default_factory is MISSING]
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_export_dir(path: str | Path) -> bool:
+    """True for a folder produced by `omnidraft export` (it holds manifest.json)."""
+    return Path(path).is_dir() and (Path(path) / MANIFEST_FILE).is_file()
+
+
+def manifest_from_dict(data: dict[str, Any], where: str = MANIFEST_FILE) -> Manifest:
+    if not isinstance(data, dict):
+        raise ManifestError(f"{where} does not hold a JSON object; re-export the model with `omnidraft export`")
+    missing = [k for k in _REQUIRED if k not in data]
+    if missing:
+        raise ManifestError(f"{where} lacks required keys {missing}; re-export the model with `omnidraft export`")
+    if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise ManifestError(f"{where} has schema version {data.get('schema_version')}, this omnidraft reads "
+                            f"{SCHEMA_VERSION}; re-export the model with this version's `omnidraft export`")
+    known = {f.name for f in fields(Manifest)}
+    try:
+        m = Manifest(**{k: v for k, v in data.items() if k in known})
+        for name in ("vocab_size", "max_seq_len", "num_layers", "num_kv_heads", "head_dim", "artifact_bytes"):
+            if not isinstance(getattr(m, name), int) or getattr(m, name) <= 0:
+                raise TypeError(f"{name} must be a positive integer")
+    except TypeError as exc:
+        raise ManifestError(f"{where} is malformed ({exc}); re-export the model with `omnidraft export`") from exc
+    return m
+
+
+def load_manifest(export_dir: str | Path, verify: bool = True) -> Manifest:
+    """Read and check an export folder's manifest.
+
+    With ``verify`` (the default) the artifact and tokenizer files must exist and match their
+    sha256, so a truncated or swapped file is refused before any runtime tries to parse it.
+    """
+    export_dir = Path(export_dir)
+    path = export_dir / MANIFEST_FILE
+    if not export_dir.is_dir():
+        raise ModelFolderError(f"export folder {export_dir} does not exist; create it with `omnidraft export`")
+    if not path.is_file():
+        raise ManifestError(f"{export_dir} has no {MANIFEST_FILE}; it is not an export folder — "
+                            "create one with `omnidraft export --model HF_FOLDER --format ... --out DIR`")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path} is not valid JSON ({exc}); re-export the model with `omnidraft export`") from exc
+    m = manifest_from_dict(data, str(path))
+    if verify:
+        _check_file(export_dir, m.artifact_file, m.artifact_sha256, "artifact", m)
+        _check_file(export_dir, m.tokenizer_file, m.tokenizer_sha256, "tokenizer", m)
+    return m
+
+
+def _check_file(export_dir: Path, name: str, expected: str, what: str, m: Manifest) -> None:
+    p = export_dir / name
+    if Path(name).name != name:
+        raise ManifestError(f"{export_dir / MANIFEST_FILE} names {what} {name!r} outside the folder; "
+                            f"re-export with `{m.export_command}`")
+    if not p.is_file():
+        raise ManifestError(f"{what} file {p} listed in the manifest is missing; re-export with `{m.export_command}`")
+    got = sha256_file(p)
+    if got != expected:
+        raise ManifestError(f"{what} file {p} does not match its manifest (sha256 {got[:12]}… != "
+                            f"{expected[:12]}…): it was truncated, corrupted or replaced; "
+                            f"re-export with `{m.export_command}`")
+
+
+def write_manifest(export_dir: str | Path, manifest: Manifest) -> Path:
+    """Write manifest.json atomically (temp file in the same folder + os.replace)."""
+    export_dir = Path(export_dir)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=export_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(manifest.to_json())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the folder may be shared or copied to a device
+        os.replace(tmp, export_dir / MANIFEST_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return export_dir / MANIFEST_FILE
