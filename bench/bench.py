@@ -1,0 +1,333 @@
+"""`omnidraft bench`: the paper's tables in miniature on one backend, in one process and one pass.
+
+Sections run in order (method rows per stream, cache eviction, peers) and the report is rewritten
+when the run ends, also on Ctrl-C: the rows finished so far are kept and ``interrupted`` is set; a
+run cut short mid-way is dropped rather than reported with fewer prompts. The schema is documented
+in bench/SCHEMA.md.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from omnidraft.bench import adapted
+from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
+from omnidraft.bench.demo import BACKENDS, write_json_atomic
+from omnidraft.bench.engine import Engine, Pair, resolve_pair
+from omnidraft.bench.metrics import (PAPER_LATENCY_S, PROJECTION_TARGETS, paper_reference, projected_speedup,
+                                     speedup_bound)
+from omnidraft.bench.streams_eval import StreamRun
+from omnidraft.errors import InvalidArgument, OmnidraftError
+from omnidraft.models.streams import STREAMS, load_stream
+
+SCHEMA = "omnidraft.bench"
+SCHEMA_VERSION = 1
+METHODS = ("target-only", "spd-dm", "spd-dm+ngram", "spd-dm+ngram_pp", "l-dm", "hybrid", "hybrid+lora",
+           "hybrid+adaptive")
+PEER_GROUPS = ("hf", "torch", "ort", "executorch")
+
+
+@dataclass
+class BenchSettings:
+    pair: str = "bundled"
+    streams: tuple[str, ...] = STREAMS
+    backend: str = "ort"
+    prompts: int = 12             # held-out test prompts per stream (every row uses the same ones)
+    max_new_tokens: int = 48
+    sweep_ks: tuple[int, ...] = (2, 3, 4, 6)
+    sweep_prompts: int = 3        # train prompts for choosing the fixed K (never test prompts)
+    train_prompts: int = 24       # train prompts that pre-collect the cache of spd-dm+ngram_pp
+    adapt_prompts: int = 200      # train prompts of the adaptation pass (adapted rows)
+    peers: tuple[str, ...] = PEER_GROUPS
+    eviction: bool = True
+    max_seq_len: int = 512        # exported KV-cache length for ort / executorch
+    quick: bool = False
+    out: Path = Path("reports/bench")
+
+    @classmethod
+    def quick_settings(cls, backend: str = "ort", **kw) -> "BenchSettings":
+        peers = tuple(dict.fromkeys(("hf", "torch", backend)))
+        return cls(backend=backend, prompts=3, max_new_tokens=32, sweep_ks=(2, 4), sweep_prompts=1,
+                   train_prompts=4, adapt_prompts=16, peers=peers, quick=True, **kw)
+
+
+def validate(s: BenchSettings) -> None:
+    """Reject bad options before any model is loaded, naming the valid choices."""
+    if s.backend not in BACKENDS:
+        raise InvalidArgument(f"unknown backend {s.backend!r}; choose one of {', '.join(BACKENDS)}")
+    bad = [x for x in s.streams if x not in STREAMS]
+    if bad or not s.streams:
+        raise InvalidArgument(f"unknown stream {', '.join(bad) or '(none given)'}; choose from {', '.join(STREAMS)}")
+    bad = [x for x in s.peers if x not in PEER_GROUPS]
+    if bad:
+        raise InvalidArgument(f"unknown peer {', '.join(bad)}; choose from {', '.join(PEER_GROUPS)} (or 'none')")
+    for name in ("prompts", "max_new_tokens", "sweep_prompts", "max_seq_len"):
+        if getattr(s, name) < 1:
+            raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(s, name)})")
+    if s.train_prompts < 0 or s.adapt_prompts < 0 or not s.sweep_ks or min(s.sweep_ks) < 1:
+        raise InvalidArgument("--train-prompts must be >= 0 and every K in the sweep >= 1")
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("omnidraft", "torch", "transformers", "onnxruntime", "executorch", "numpy", "tokenizers"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _machine() -> dict:
+    import torch
+
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    return {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
+            "cpu_count": os.cpu_count(), "memory_bytes": mem, "torch_threads": torch.get_num_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def new_report(s: BenchSettings) -> dict:
+    settings = {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+                for k, v in asdict(s).items()}
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "interrupted": False,
+            "meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                     "versions": _versions(), "machine": _machine(), "settings": settings,
+                     "paper_latency_s": PAPER_LATENCY_S},
+            "rows": [], "sweep": [], "projected": [], "peers": [], "cache": {"tables": [], "growth": {}, "eviction": []},
+            "plots": []}
+
+
+@dataclass
+class _Stream:
+    """What later sections need from a stream's method rows."""
+
+    name: str
+    prompts: list[str]
+    draft_len: int
+    base: StreamRun
+    runs: dict[str, StreamRun] = field(default_factory=dict)
+    full_cache_entries: int = 0
+    pp_cache: Path | None = None
+
+
+def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun, cache: str | None) -> dict:
+    r = run.row()
+    st, bs = run.stats, base.stats
+    target_step = bs.target_seconds / bs.steps if bs.steps else None
+    r.update(stream=stream, method=method, backend=backend, status="ok", cache=cache,
+             running_acceptance=[round(a, 4) for a in run.running_acceptance],
+             outputs_match_target_only=run.outputs == base.outputs,
+             target_ms_per_step=round(1e3 * target_step, 4) if target_step else None,
+             speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None)
+    if method == "target-only":
+        r.update(draft_len=None, acceptance_rate=None, ngram_hits_per_step=None, cost_ratio=None, running_acceptance=[],
+                 drafter_ms_per_call=None, bound=1.0, bound_ratio=r["speedup"])
+        return r
+    drafter_call = st.drafter_seconds / st.drafter_calls if st.drafter_calls else 0.0
+    c = drafter_call / target_step if target_step else 0.0
+    bound = speedup_bound(st.acceptance_rate, run.draft_len, c)
+    r.update(drafter_ms_per_call=round(1e3 * drafter_call, 4), cost_ratio=round(c, 4),
+             drafter_calls_per_step=round(st.drafter_calls / st.steps, 4) if st.steps else None,
+             bound=round(bound, 4), bound_ratio=round(r["speedup"] / bound, 4) if r["speedup"] and bound else None)
+    return r
+
+
+def _unavailable(stream: str, method: str, backend: str, reason: str) -> dict:
+    return {"stream": stream, "method": method, "backend": backend, "status": reason}
+
+
+def _projected(row: dict) -> dict:
+    out = {"stream": row["stream"], "method": row["method"], "label": "projected",
+           "tokens_per_step": row["tokens_per_step"], "drafter_calls_per_step": row["drafter_calls_per_step"],
+           "acceptance_rate": row["acceptance_rate"]}
+    for tgt in PROJECTION_TARGETS:
+        out[f"projected_speedup_{tgt}"] = round(projected_speedup(row["tokens_per_step"], row["drafter_calls_per_step"],
+                                                                  PAPER_LATENCY_S[tgt]), 4)
+        ref = paper_reference(row["method"], row["stream"], tgt)
+        out[f"paper_acceptance_{tgt}"], out[f"paper_speedup_{tgt}"] = ref if ref else (None, None)
+    return out
+
+
+class Bench:
+    def __init__(self, s: BenchSettings, report: dict, progress: bool = True) -> None:
+        self.s, self.report, self.progress = s, report, progress
+        self.pair: Pair | None = None
+        self.engines: dict[str, Engine] = {}
+        self.streams: list[_Stream] = []
+        self.hf = None            # HFPeers, loaded when the peers section first needs it
+        self.adapted: dict = {}   # (stream, method) -> adaptation pass results (bench/adapted.py)
+        self.warm_prompt = ""
+
+    def engine(self, backend: str) -> Engine:
+        """The backend's pair, loaded (and exported, for ort/executorch) and warmed up on first use."""
+        if backend not in self.engines:
+            d, t = self.pair.paths(backend, self.s.max_seq_len, self.progress)
+            eng = Engine(backend, d, t)
+            eng.warm_up(self.warm_prompt)
+            self.engines[backend] = eng
+        return self.engines[backend]
+
+    def _add(self, key: str, obj: dict) -> None:
+        self.report[key].append(obj)
+
+    def run(self) -> None:
+        s = self.s
+        tests = {n: load_stream(n, "test") for n in s.streams}
+        self.warm_prompt = tests[s.streams[0]][0].prompt[:200]
+        eng = self.engine(s.backend)
+        self.report["meta"]["pair"] = {"name": self.pair.name, "drafter": str(self.pair.drafter),
+                                       "target": str(self.pair.target),
+                                       "drafter_artifact": str(eng.paths[0]), "target_artifact": str(eng.paths[1])}
+        for name in s.streams:
+            self.streams.append(self.method_rows(eng, name, tests[name]))
+        if s.eviction:
+            for st in self.streams:
+                self.eviction(eng, st)
+        for st in self.streams:
+            self.peers(st)
+
+    def _pick(self, eng: Engine, prompts, count: int) -> list[str]:
+        k_max = max(self.s.sweep_ks)
+        return [p.prompt for p in prompts if eng.fits(p.prompt, self.s.max_new_tokens, k_max)][:count]
+
+    def method_rows(self, eng: Engine, name: str, test_prompts) -> _Stream:
+        s, be = self.s, self.s.backend
+        prompts = self._pick(eng, test_prompts, s.prompts)
+        train = load_stream(name, "train")
+        if len(prompts) < s.prompts:
+            print(f"bench: {name}: only {len(prompts)} test prompts fit max_seq_len {s.max_seq_len}", file=sys.stderr)
+        # Best fixed K: untrained drafter + cache, on train prompts so the test split stays unseen.
+        best_k, best_tps = s.sweep_ks[0], -1.0
+        for k in s.sweep_ks:
+            run, _ = eng.run(self._pick(eng, train, s.sweep_prompts), "ngram", k, s.max_new_tokens,
+                             f"{name}: sweep K={k}", progress=self.progress)
+            self._add("sweep", {"stream": name, "backend": be, "draft_len": k, "prompts": run.prompts,
+                                "tokens_per_s": round(run.tokens_per_s, 2),
+                                "acceptance_rate": round(run.stats.acceptance_rate, 4)})
+            if run.tokens_per_s > best_tps:
+                best_k, best_tps = k, run.tokens_per_s
+        base, _ = eng.run(prompts, "target-only", best_k, s.max_new_tokens, f"{name}: target-only", progress=self.progress)
+        st = _Stream(name, prompts, best_k, base)
+        self._add("rows", _row(name, "target-only", be, base, base, None))
+
+        def measured(method: str, mode: str, cache_kind: str | None, cache=None, tracker=None, drafter=None,
+                     **extra):
+            run, dec = eng.run(prompts, mode, best_k, s.max_new_tokens, f"{name}: {method}", cache, tracker,
+                               self.progress, drafter)
+            row = _row(name, method, be, run, base, cache_kind)
+            row.update(extra)
+            self._add("rows", row)
+            self._add("projected", _projected(row))
+            st.runs[method] = run
+            return dec
+
+        measured("spd-dm", "dm", None)
+        online = eng.new_cache()
+        tracker = GrowthTracker(online)
+        measured("spd-dm+ngram", "ngram", "online on the test prompts, from empty", online, tracker)
+        st.full_cache_entries = len(online)
+        self.report["cache"]["growth"][f"{name}: online (test)"] = tracker.finish()
+        self.report["cache"]["tables"].append({"stream": name, "source": "online (test)", "prompts": len(prompts),
+                                               **growth_summary(tracker.points),
+                                               **measure_cache(online, eng.target.backend.vocab_size)})
+        if s.train_prompts:
+            pp = eng.new_cache()
+            tracker = GrowthTracker(pp)
+            pre = self._pick(eng, train, s.train_prompts)
+            eng.run(pre, "ngram", best_k, s.max_new_tokens, f"{name}: pre-collect cache (train)", pp, tracker,
+                    self.progress)
+            st.pp_cache = s.out / "state" / f"ngram_cache.{name}.train.json"
+            pp.save(st.pp_cache)
+            measured("spd-dm+ngram_pp", "ngram", f"pre-collected on {len(pre)} train prompts, then online", pp, tracker)
+            self.report["cache"]["growth"][f"{name}: train then test"] = tracker.finish()
+            self.report["cache"]["tables"].append({"stream": name, "source": "train then test",
+                                                   "prompts": len(pre) + len(prompts), **growth_summary(tracker.points),
+                                                   **measure_cache(pp, eng.target.backend.vocab_size)})
+        for method in ("l-dm", "hybrid", "hybrid+lora"):
+            reason = adapted.unavailable_reason() or (None if s.adapt_prompts else "not run: --adapt-prompts 0")
+            if reason:
+                self._add("rows", _unavailable(name, method, be, reason))
+                continue
+            try:
+                drafter, cache, summary = adapted.adapt(self, eng, name, method, train, best_k)
+            except OmnidraftError as exc:  # an honest failure row instead of aborting the whole bench
+                self._add("rows", _unavailable(name, method, be, f"failed: {exc}"))
+                continue
+            measured(method, "ngram", "built during adaptation (train), then online", cache, drafter=drafter,
+                     adaptation=summary)
+        self._add("rows", _unavailable(name, "hybrid+adaptive", be,
+                                       "not available: adaptive drafting (issue #6) is not implemented"))
+        return st
+
+    def eviction(self, eng: Engine, st: _Stream) -> None:
+        """Paper Table 14: the online cache capped at 1/4 and 1/2 of its full size, LFU vs LRU."""
+        full = st.full_cache_entries
+        base = st.base.tokens_per_s
+        if full < 4:  # a cap of 1/4 would be under one entry: nothing to compare
+            self.report["cache"]["eviction"].append({"stream": st.name, "full_entries": full,
+                                                     "status": f"skipped: the full cache has only {full} entries"})
+            return
+        for frac, label in ((0.25, "1/4"), (0.5, "1/2")):
+            cap = max(1, int(full * frac))
+            for policy in ("lfu", "lru"):
+                run, dec = eng.run(st.prompts, "ngram", st.draft_len, self.s.max_new_tokens,
+                                   f"{st.name}: cache {label} {policy}", eng.new_cache(cap, policy), progress=self.progress)
+                self.report["cache"]["eviction"].append({
+                    "stream": st.name, "size": label, "policy": policy, "capacity": cap, "full_entries": full,
+                    "final_entries": len(dec.cache), "acceptance_rate": round(run.stats.acceptance_rate, 4),
+                    "tokens_per_s": round(run.tokens_per_s, 2),
+                    "speedup": round(run.tokens_per_s / base, 4) if base else None,
+                    "ngram_hits_per_step": run.row()["ngram_hits_per_step"], "status": "ok"})
+
+    def peers(self, st: _Stream) -> None:
+        from omnidraft.bench import peer_section
+
+        peer_section.run_peers(self, st)
+
+
+def run_bench(s: BenchSettings, progress: bool = True) -> dict:
+    """Run every section; always writes DIR/bench.json, bench.md and the plots, also on Ctrl-C."""
+    validate(s)
+    pair = resolve_pair(s.pair)  # a bad pair fails here, before anything is written
+    report = new_report(s)
+    bench = Bench(s, report, progress)
+    bench.pair = pair
+    try:
+        bench.run()
+    except KeyboardInterrupt:
+        report["interrupted"] = True
+    finally:
+        finish(report, s.out)
+    return report
+
+
+def finish(report: dict, out: Path) -> None:
+    from omnidraft.bench import plots
+    from omnidraft.bench.report import markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"omnidraft bench ({report['meta']['settings']['backend']})"
+    made = []
+    for fname, fn, arg in (
+            ("speedup.png", plots.plot_speedup, report["rows"]),
+            ("acceptance.png", plots.plot_acceptance,
+             {f"{r['stream']}: {r['method']}": r["running_acceptance"] for r in report["rows"]
+              if r.get("status") == "ok" and r["method"] != "target-only"}),
+            ("cache_growth.png", plots.plot_growth, report["cache"]["growth"]),
+            ("peers.png", plots.plot_peers, report["peers"])):
+        if fn(arg, out / fname, title):
+            made.append(fname)
+    report["plots"] = made
+    write_json_atomic(out / "bench.json", report)
+    md = markdown(report)
+    tmp = out / ".bench.md.tmp"
+    tmp.write_text(md)
+    os.replace(tmp, out / "bench.md")

@@ -1,0 +1,85 @@
+"""The n-gram cache's size, measured (paper Table 4) and its growth over a stream (paper Fig. 9).
+
+Bytes are measured two ways, never estimated: the serialised file (what is saved and shipped) and
+the live Python object, by tracing every allocation made while an identical cache is rebuilt from
+that file (tracemalloc; numpy reports its buffers to it too).
+"""
+
+from __future__ import annotations
+
+import gc
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+from omnidraft.runtime.ngram_cache import NgramCache
+
+
+def _traced_load(path: Path | None, args: tuple, target_width: int) -> int:
+    """Bytes still allocated after building a cache (from ``path``, or an empty one)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        if path is None:
+            obj = NgramCache(*args)
+        else:
+            obj = NgramCache.load(path, *args, target_width)
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    del obj
+    return used
+
+
+def measure_cache(cache: NgramCache, target_width: int) -> dict:
+    """Entries, serialised bytes and in-memory bytes of ``cache``."""
+    args = (cache.drafter_tokenizer, cache.target_tokenizer, len(cache.drafter_tokens))
+    with tempfile.TemporaryDirectory(prefix="omnidraft-bench-cache-") as tmp:
+        path = Path(tmp) / "cache.json"
+        cache.save(path)
+        file_bytes = path.stat().st_size
+        memory = _traced_load(path, args, target_width) if len(cache) else 0
+    empty = _traced_load(None, args, target_width)
+    n = len(cache)
+    lengths = [len(k) for k, *_ in cache.items()]
+    return {"entries": n, "serialized_bytes": file_bytes, "memory_bytes": memory,
+            "empty_memory_bytes": empty,
+            "memory_bytes_per_entry": round((memory - empty) / n, 1) if n else None,
+            "mean_ngram_len": round(sum(lengths) / n, 3) if n else None,
+            "max_ngram_len": max(lengths, default=0)}
+
+
+class GrowthTracker:
+    """``on_verified`` hook: (target tokens processed, cache entries) after every verified round."""
+
+    def __init__(self, cache: NgramCache, tokens0: int = 0) -> None:
+        self.cache = cache
+        self.tokens = tokens0
+        self.points: list[tuple[int, int]] = [(tokens0, len(cache))]
+
+    def __call__(self, tokens: list[int], _logits) -> None:
+        self.tokens += len(tokens)
+        n = len(self.cache)
+        if n != self.points[-1][1]:
+            self.points.append((self.tokens, n))
+
+    def finish(self) -> list[tuple[int, int]]:
+        if self.points[-1][0] != self.tokens:
+            self.points.append((self.tokens, len(self.cache)))
+        return self.points
+
+
+def growth_summary(points: list[tuple[int, int]]) -> dict:
+    """Entries per token over the first and the second half of the stream: sub-linear growth shows as
+    a smaller second-half rate (paper §2.5)."""
+    if len(points) < 2 or points[-1][0] == 0:
+        return {"tokens": points[-1][0] if points else 0, "entries": points[-1][1] if points else 0}
+    total_t, total_n = points[-1]
+    half = total_t / 2
+    mid_n = max((n for t, n in points if t <= half), default=0)
+    first = mid_n / half if half else 0.0
+    second = (total_n - mid_n) / (total_t - half) if total_t > half else 0.0
+    return {"tokens": total_t, "entries": total_n, "entries_per_token": round(total_n / total_t, 4),
+            "first_half_rate": round(first, 4), "second_half_rate": round(second, 4)}

@@ -1,0 +1,122 @@
+"""PNG plots of a bench report (matplotlib, Agg), each written atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+
+
+def _grouped_bars(ax, groups: list[str], series: list[str], value) -> list:
+    """Bars for every (group, series) with a value; returns the bar containers per series."""
+    width = 0.8 / max(1, len(series))
+    out = []
+    for i, s in enumerate(series):
+        xs, ys = [], []
+        for g_i, g in enumerate(groups):
+            v = value(g, s)
+            if v is not None:
+                xs.append(g_i - 0.4 + width * (i + 0.5))
+                ys.append(v)
+        out.append(ax.bar(xs, ys, width, label=s))
+    ax.set_xticks(range(len(groups)), groups)
+    return out
+
+
+def plot_speedup(rows: list[dict], path: Path, title: str) -> bool:
+    """Measured speedup per stream and method, with each row's physical bound as a black tick."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if not ok:
+        return False
+    plt = _plt()
+    streams = list(dict.fromkeys(r["stream"] for r in ok))
+    methods = list(dict.fromkeys(r["method"] for r in ok))
+    by = {(r["stream"], r["method"]): r for r in ok}
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(streams) * len(methods) / 3), 4.2))
+    bars = _grouped_bars(ax, streams, methods, lambda g, s: by[(g, s)]["speedup"] if (g, s) in by else None)
+    for s, cont in zip(methods, bars):
+        present = [g for g in streams if (g, s) in by]
+        for rect, g in zip(cont, present):
+            b = by[(g, s)].get("bound")
+            if b is not None:
+                ax.plot([rect.get_x(), rect.get_x() + rect.get_width()], [b, b], color="black", lw=1.5)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("speedup over target-only (black: bound)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def plot_peers(peers: list[dict], path: Path, title: str) -> bool:
+    ok = [p for p in peers if p.get("tokens_per_s") is not None]
+    if not ok:
+        return False
+    plt = _plt()
+    streams = list(dict.fromkeys(p["stream"] for p in ok))
+    names = list(dict.fromkeys(p["name"] for p in ok))
+    by = {(p["stream"], p["name"]): p["tokens_per_s"] for p in ok}
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    _grouped_bars(ax, streams, names, lambda g, s: by.get((g, s)))
+    ax.set_ylabel("tokens / s (greedy)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def plot_growth(curves: dict[str, list[tuple[int, int]]], path: Path, title: str) -> bool:
+    """Cache entries against target tokens processed, one line per stream (paper Fig. 9)."""
+    curves = {k: v for k, v in curves.items() if len(v) > 1}
+    if not curves:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, pts in curves.items():
+        ax.plot([t for t, _ in pts], [n for _, n in pts], label=label, drawstyle="steps-post")
+    ax.set_xlabel("target tokens processed")
+    ax.set_ylabel("n-gram cache entries")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def plot_acceptance(curves: dict[str, list[float]], path: Path, title: str) -> bool:
+    """Running acceptance after each prompt, one line per (stream, method)."""
+    curves = {k: v for k, v in curves.items() if v}
+    if not curves:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, ys in curves.items():
+        ax.plot(range(1, len(ys) + 1), ys, label=label)
+    ax.set_xlabel("prompts decoded")
+    ax.set_ylabel("running acceptance rate")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    _save(fig, path)
+    plt.close(fig)
+    return True

@@ -1,0 +1,141 @@
+"""bench.md: the tables of a bench report, rendered from bench.json alone."""
+
+from __future__ import annotations
+
+from omnidraft.bench.demo import markdown_table
+from omnidraft.bench.metrics import PAPER_LATENCY_S, PAPER_TASK, PROJECTION_TARGETS
+
+
+def _f(v, fmt: str = "{:.3f}") -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    if isinstance(v, (int, float)):
+        return fmt.format(v)
+    return str(v)
+
+
+def _x(v) -> str:
+    return _f(v, "{:.2f}x")
+
+
+def _methods(report: dict) -> str:
+    rows = []
+    for r in report["rows"]:
+        if r.get("status") != "ok":
+            rows.append({"stream": r["stream"], "method": r["method"], "status": r["status"]})
+            continue
+        rows.append({"stream": r["stream"], "method": r["method"], "k": _f(r.get("draft_len"), "{}"),
+                     "acc": _f(r["acceptance_rate"]), "tps": _f(r["tokens_per_step"], "{:.2f}"),
+                     "hits": _f(r["ngram_hits_per_step"], "{:.2f}"), "tok_s": _f(r["tokens_per_s"], "{:.1f}"),
+                     "speedup": _x(r["speedup"]), "bound": _x(r["bound"]), "ratio": _f(r["bound_ratio"], "{:.2f}"),
+                     "c": _f(r.get("cost_ratio"), "{:.3f}"), "same": _f(r["outputs_match_target_only"]),
+                     "cache": r.get("cache") or "–", "status": "ok"})
+    return markdown_table(rows, [
+        ("stream", "stream"), ("method", "method"), ("k", "K"), ("acc", "acceptance"), ("tps", "tokens/target call"),
+        ("hits", "n-gram hits/step"), ("tok_s", "tok/s"), ("speedup", "speedup"), ("bound", "bound"),
+        ("ratio", "measured/bound"), ("c", "c"), ("same", "same output as target-only"), ("cache", "n-gram cache"),
+        ("status", "status")])
+
+
+def _projected(report: dict) -> str:
+    rows = []
+    for p in report["projected"]:
+        r = {"stream": f"{p['stream']} ({PAPER_TASK.get(p['stream'], '?')})", "method": p["method"],
+             "acc": _f(p["acceptance_rate"]), "tps": _f(p["tokens_per_step"], "{:.2f}"),
+             "calls": _f(p["drafter_calls_per_step"], "{:.2f}")}
+        for t in PROJECTION_TARGETS:
+            r[f"proj_{t}"] = _x(p[f"projected_speedup_{t}"])
+            acc, spd = p[f"paper_acceptance_{t}"], p[f"paper_speedup_{t}"]
+            r[f"paper_{t}"] = f"{acc:.2f} / {spd:.2f}x" if acc is not None else "–"
+        rows.append(r)
+    cols = [("stream", "stream (paper task)"), ("method", "method"), ("acc", "our acceptance"),
+            ("tps", "our tokens/step"), ("calls", "drafter calls/step")]
+    for t in PROJECTION_TARGETS:
+        cols += [(f"proj_{t}", f"**projected** speedup, {t}"), (f"paper_{t}", f"paper {t} acc / speedup")]
+    return markdown_table(rows, cols)
+
+
+def _peers(report: dict) -> str:
+    rows = [{"stream": p["stream"], "name": p["name"], "method": p.get("method", "–"),
+             "k": _f(p.get("draft_len"), "{}"), "tok_s": _f(p["tokens_per_s"], "{:.1f}"),
+             "hf": _x(p["speedup_vs_hf_target_only"]), "own": _x(p.get("speedup_vs_own_target_only")),
+             "same": _f(p["outputs_match_target_only"]), "vs": p.get("compared_with") or "–",
+             "config": ", ".join(f"{k}={v}" for k, v in (p.get("config") or {}).items() if k != "label") or "–"}
+            for p in report["peers"]]
+    return markdown_table(rows, [
+        ("stream", "stream"), ("name", "peer"), ("method", "omnidraft method"), ("k", "K"), ("tok_s", "tok/s"),
+        ("hf", "speedup vs HF target-only"), ("own", "speedup vs own target-only"),
+        ("same", "same output as target-only"), ("vs", "compared with"), ("config", "HF settings")])
+
+
+def _cache(report: dict) -> str:
+    c = report["cache"]
+    t4 = [{"stream": t["stream"], "source": t["source"], "prompts": t["prompts"], "tokens": t.get("tokens"),
+           "entries": t["entries"], "file": t["serialized_bytes"], "mem": t["memory_bytes"],
+           "per": _f(t.get("memory_bytes_per_entry"), "{:.0f}"), "empty": t["empty_memory_bytes"],
+           "r1": _f(t.get("first_half_rate"), "{:.3f}"), "r2": _f(t.get("second_half_rate"), "{:.3f}")}
+          for t in c["tables"]]
+    out = [markdown_table(t4, [
+        ("stream", "stream"), ("source", "filled by"), ("prompts", "prompts"), ("tokens", "target tokens"),
+        ("entries", "entries"), ("file", "file bytes"), ("mem", "memory bytes (tracemalloc)"),
+        ("per", "bytes/entry (minus empty cache)"), ("empty", "empty-cache bytes"),
+        ("r1", "entries/token, 1st half"), ("r2", "entries/token, 2nd half")])]
+    if c["eviction"]:
+        rows = []
+        by = {(r["stream"], r["method"]): r for r in report["rows"] if r.get("status") == "ok"}
+        for stream in dict.fromkeys(e["stream"] for e in c["eviction"]):
+            none, full = by.get((stream, "spd-dm")), by.get((stream, "spd-dm+ngram"))
+            if none:
+                rows.append({"stream": stream, "size": "no cache", "policy": "–", "cap": 0,
+                             "acc": _f(none["acceptance_rate"]), "spd": _x(none["speedup"])})
+            for e in (e for e in c["eviction"] if e["stream"] == stream):
+                if e["status"] != "ok":
+                    rows.append({"stream": stream, "size": e["status"]})
+                    continue
+                rows.append({"stream": stream, "size": e["size"], "policy": e["policy"].upper(), "cap": e["capacity"],
+                             "acc": _f(e["acceptance_rate"]), "spd": _x(e["speedup"])})
+            if full:
+                cap = next(e["full_entries"] for e in c["eviction"] if e["stream"] == stream)  # same for all
+                rows.append({"stream": stream, "size": "full", "policy": "–", "cap": cap,
+                             "acc": _f(full["acceptance_rate"]), "spd": _x(full["speedup"])})
+        out += ["", "Eviction (paper Table 14 layout; every cap starts empty and fills online on the test prompts):",
+                "", markdown_table(rows, [("stream", "stream"), ("size", "cache size"), ("policy", "policy"),
+                                          ("cap", "entries cap"), ("acc", "acceptance"), ("spd", "speedup")])]
+    return "\n".join(out)
+
+
+def _sweep(report: dict) -> str:
+    return markdown_table(report["sweep"], [("stream", "stream"), ("draft_len", "K"), ("prompts", "train prompts"),
+                                            ("acceptance_rate", "acceptance"), ("tokens_per_s", "tok/s")])
+
+
+def markdown(report: dict) -> str:
+    m = report["meta"]
+    s = m["settings"]
+    v = m["versions"]
+    pair = m.get("pair", {})
+    lines = [f"# omnidraft bench: {s['backend']} backend, pair {pair.get('name', s['pair'])}", ""]
+    if report["interrupted"]:
+        lines += ["**Interrupted**: only the sections finished before Ctrl-C are below.", ""]
+    lines += [f"{m['date']} · {m['machine']['cpu_count']} CPUs ({m['machine']['machine']}), torch threads "
+              f"{m['machine']['torch_threads']} · omnidraft {v.get('omnidraft')}, torch {v.get('torch')}, "
+              f"transformers {v.get('transformers')}, onnxruntime {v.get('onnxruntime')}, executorch {v.get('executorch')}",
+              f"Settings: {s['prompts']} held-out test prompts per stream, {s['max_new_tokens']} new tokens, greedy; "
+              f"K from {s['sweep_ks']} on {s['sweep_prompts']} train prompt(s); {'quick run' if s['quick'] else 'full run'}.",
+              "", "## 1. Methods per stream (measured wall-clock on this machine)", "",
+              "speedup = tok/s ÷ target-only tok/s (same backend, same run, same prompts). bound = "
+              "(1 − α^(K+1)) / ((1 − α)(1 + cK)) with the row's acceptance α and c = drafter ms per call ÷ "
+              "target-only ms per step, both measured here.", "", _methods(report), "",
+              "## 2. Projected speedup (paper convention, not measured)", "",
+              "projected = our tokens per target step ÷ per-step latency ratio, with the paper's Table 8 latencies "
+              f"(Llama-68M {PAPER_LATENCY_S['Llama-68M']} s, Llama3-8B {PAPER_LATENCY_S['Llama3-8B']} s, "
+              f"Qwen2-7B {PAPER_LATENCY_S['Qwen2-7B']} s per step). Paper columns are the paper's own Table 1 "
+              "(Table 5, k = 3, for spd-dm+ngram_pp on GSM8K).", "", _projected(report), "",
+              "## 3. Peers on the same pair and prompts (greedy)", "", _peers(report), "",
+              "## 4. N-gram cache (paper Table 4 / 14)", "", _cache(report), "",
+              "## Draft length sweep (train prompts, untrained drafter with cache)", "", _sweep(report), ""]
+    if report.get("plots"):
+        lines += ["Plots: " + ", ".join(report["plots"]), ""]
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""`omnidraft bench`: the paper's tables in miniature and a head-to-head with HF assisted generation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "benchmark methods, peers (HF assisted generation, prompt lookup) and the n-gram cache; JSON + tables + plots"
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _ks(text: str) -> tuple[int, ...]:
+    from omnidraft.errors import InvalidArgument
+
+    try:
+        return tuple(int(t) for t in _csv(text))
+    except ValueError:
+        raise InvalidArgument(f"--draft-lens takes comma-separated integers such as 2,3,4,6 (got {text!r})") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default="bundled", help="'bundled' or DRAFTER,TARGET (two Hugging Face model folders)")
+    p.add_argument("--streams", default="code,math,text", help="comma-separated: code, math, text")
+    p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
+    p.add_argument("--quick", action="store_true", help="a smoke run of a few prompts (under 3 minutes)")
+    p.add_argument("--prompts", type=int, help="held-out test prompts per stream")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--draft-lens", help="fixed draft lengths K to sweep (default 2,3,4,6)")
+    p.add_argument("--train-prompts", type=int, help="train prompts that pre-collect the cache of spd-dm+ngram_pp")
+    p.add_argument("--adapt-prompts", type=int, help="train prompts of the adaptation pass (adapted rows)")
+    p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
+    p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
+    p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort/executorch exports")
+    p.add_argument("--out", type=Path, default=Path("reports/bench"), help="report folder (bench.json, bench.md, PNGs)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from omnidraft.bench.bench import BenchSettings, run_bench
+
+    common = dict(pair=args.pair, streams=_csv(args.streams), out=args.out, max_seq_len=args.max_seq_len)
+    s = BenchSettings.quick_settings(args.backend, **common) if args.quick else BenchSettings(backend=args.backend, **common)
+    for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts"):
+        if getattr(args, name) is not None:
+            setattr(s, name, getattr(args, name))
+    if args.draft_lens is not None:
+        s.sweep_ks = _ks(args.draft_lens)
+    if args.peers is not None:
+        s.peers = () if args.peers.strip() == "none" else _csv(args.peers)
+    if args.no_eviction:
+        s.eviction = False
+    report = run_bench(s)
+    out = s.out
+    print((out / "bench.md").read_text())
+    if report["interrupted"]:
+        print(f"omnidraft bench: interrupted; rows finished so far are in {out / 'bench.json'}", file=sys.stderr)
+        return 130
+    print(f"report: {out / 'bench.json'}, {out / 'bench.md'}, plots: {', '.join(report['plots'])}", file=sys.stderr)
+    return 0

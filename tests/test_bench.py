@@ -1,0 +1,239 @@
+"""`omnidraft bench` on tiny random models: the documented schema, consistent derived figures,
+Ctrl-C keeping finished rows, one-line refusals, and the formulas (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tiny_models import make_tiny_model
+
+from omnidraft.bench import engine as engine_mod
+from omnidraft.bench.bench import METHODS
+from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
+from omnidraft.bench.metrics import projected_speedup, speedup_bound
+from omnidraft.cli import main
+from omnidraft.runtime.ngram_cache import NgramCache
+
+ROW_FIELDS = ("stream", "method", "backend", "status", "draft_len", "acceptance_rate", "tokens_per_step",
+              "ngram_hits_per_step", "tokens_per_s", "speedup", "bound", "bound_ratio", "cost_ratio",
+              "outputs_match_target_only", "cache", "prompts", "new_tokens", "steps")
+PEER_FIELDS = ("stream", "name", "tokens_per_s", "speedup_vs_hf_target_only", "outputs_match_target_only")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, tokenizer_path):
+    root = tmp_path_factory.mktemp("bench-models")
+    d = make_tiny_model(root / "drafter", "llama", tokenizer_path("llama-spm"), seed=1)
+    t = make_tiny_model(root / "target", "qwen2", tokenizer_path("gpt-2"), seed=2)
+    return d, t
+
+
+def _argv(pair, out, *extra):
+    d, t = pair
+    return ["bench", "--pair", f"{d},{t}", "--backend", "torch", "--streams", "math", "--prompts", "2",
+            "--max-new-tokens", "8", "--draft-lens", "2,3", "--train-prompts", "2", "--adapt-prompts", "0",
+            "--out", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def report(pair, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench-out")
+    code = main(_argv(pair, out, "--peers", "hf,torch"))
+    assert code == 0
+    return out, json.loads((out / "bench.json").read_text())
+
+
+def test_schema_and_files(report):
+    out, doc = report
+    assert doc["schema"] == "omnidraft.bench" and doc["schema_version"] == 1 and doc["interrupted"] is False
+    meta = doc["meta"]
+    for key in ("date", "versions", "machine", "settings", "pair", "paper_latency_s"):
+        assert key in meta
+    assert meta["versions"]["torch"] and meta["settings"]["backend"] == "torch"
+    assert [r["method"] for r in doc["rows"]] == list(METHODS)
+    for r in doc["rows"]:
+        if r["status"] == "ok":
+            assert all(f in r for f in ROW_FIELDS), set(ROW_FIELDS) - set(r)
+        else:
+            assert r["status"].startswith(("not available: ", "not run: ")), r["status"]
+    assert {r["method"] for r in doc["rows"] if r["status"] == "ok"} >= {"target-only", "spd-dm", "spd-dm+ngram",
+                                                                         "spd-dm+ngram_pp"}
+    names = [p["name"] for p in doc["peers"]]
+    assert names == ["hf-target-only", "omnidraft-torch", "hf-assisted-uag", "hf-prompt-lookup"]
+    for p in doc["peers"]:
+        assert all(f in p for f in PEER_FIELDS)
+    assert {t["source"] for t in doc["cache"]["tables"]} == {"online (test)", "train then test"}
+    assert [k for k, _ in doc["sweep"][0].items()][:3] == ["stream", "backend", "draft_len"]
+    assert [s["draft_len"] for s in doc["sweep"]] == [2, 3]
+    md = (out / "bench.md").read_text()
+    for heading in ("## 1. Methods", "## 2. Projected", "## 3. Peers", "## 4. N-gram cache"):
+        assert heading in md
+    assert "**projected**" in md
+    for png in doc["plots"]:
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "speedup.png" in doc["plots"] and "peers.png" in doc["plots"]
+
+
+def test_derived_figures_are_consistent(report):
+    _, doc = report
+    rows = {r["method"]: r for r in doc["rows"] if r["status"] == "ok"}
+    base = rows["target-only"]
+    k = doc["sweep"][max(range(len(doc["sweep"])), key=lambda i: doc["sweep"][i]["tokens_per_s"])]["draft_len"]
+    for m, r in rows.items():
+        assert r["speedup"] == pytest.approx(r["tokens_per_s"] / base["tokens_per_s"], rel=0.01, abs=0.002)
+        # Greedy cross-vocabulary decoding must reproduce target-only token for token.
+        assert r["outputs_match_target_only"] is True, m
+        if m == "target-only":
+            continue
+        assert r["draft_len"] == k
+        assert r["bound"] == pytest.approx(speedup_bound(r["acceptance_rate"], k, r["cost_ratio"]), rel=1e-3, abs=1e-3)
+        assert r["bound_ratio"] == pytest.approx(r["speedup"] / r["bound"], rel=0.01, abs=0.002)
+    proj = {p["method"]: p for p in doc["projected"]}
+    assert set(proj) == set(rows) - {"target-only"}
+    p = proj["spd-dm"]
+    assert p["label"] == "projected"
+    assert p["projected_speedup_Llama3-8B"] == pytest.approx(
+        projected_speedup(p["tokens_per_step"], p["drafter_calls_per_step"], 0.02846), rel=1e-3)
+    assert p["paper_speedup_Llama3-8B"] == 0.94  # Table 1, GSM8K, SpD_DM
+    peers = {p["name"]: p for p in doc["peers"]}
+    # Same engine, same prompt ids: HF's greedy target-only equals ours; UAG and lookup are exact too.
+    assert peers["hf-target-only"]["outputs_match_target_only"] is True
+    assert peers["hf-assisted-uag"]["outputs_match_target_only"] is True
+    assert peers["hf-prompt-lookup"]["outputs_match_target_only"] is True
+    assert peers["omnidraft-torch"]["method"] in rows
+
+
+def test_cache_table_is_measured(report, tokenizer_path):
+    _, doc = report
+    for t in doc["cache"]["tables"]:
+        assert t["serialized_bytes"] > 0 and t["empty_memory_bytes"] > 0
+        assert (t["memory_bytes"] > t["empty_memory_bytes"]) == (t["entries"] > 0)
+    small = NgramCache("a", "b", 1000)
+    big = NgramCache("a", "b", 1000)
+    for i in range(400):
+        key = (i % 1000, (i * 7) % 1000, 3)
+        big.observe(key, i)
+        if i < 20:
+            small.observe(key, i)
+    ms, mb = measure_cache(small, 1000), measure_cache(big, 1000)
+    assert (ms["entries"], mb["entries"]) == (20, 400)
+    assert mb["serialized_bytes"] == len(big._serialise())
+    assert ms["empty_memory_bytes"] < ms["memory_bytes"] < mb["memory_bytes"]
+    assert ms["memory_bytes_per_entry"] > 0 and mb["mean_ngram_len"] == 3.0
+
+
+def test_growth_tracker_and_summary():
+    c = NgramCache("a", "b", 100)
+    g = GrowthTracker(c)
+    for i in range(10):
+        if i < 6 or i == 8:
+            c.observe((i, i + 1), i)
+        g([1, 2], None)
+    pts = g.finish()
+    assert pts[0] == (0, 0) and pts[-1] == (20, 7)
+    s = growth_summary(pts)
+    assert s["tokens"] == 20 and s["entries"] == 7
+    assert s["first_half_rate"] == pytest.approx(0.5) and s["second_half_rate"] == pytest.approx(0.2)
+
+
+def test_adapted_rows_say_why_they_are_missing(monkeypatch):
+    from omnidraft.bench import adapted
+
+    monkeypatch.setattr(adapted, "_online", lambda: None)
+    assert adapted.unavailable_reason() == "not available: omnidraft.adapt missing"
+    assert not adapted.replayable("hybrid")
+
+
+def test_bound_formula():
+    assert speedup_bound(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
+    assert speedup_bound(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
+    assert speedup_bound(0.5, 2, 0.0) == pytest.approx(1.75)
+    a, k, c = 0.6, 3, 0.05
+    assert speedup_bound(a, k, c) == pytest.approx(sum(a ** i for i in range(k + 1)) / (1 + c * k))
+    assert speedup_bound(0.9999999, 3, 0.0) == pytest.approx(4.0, rel=1e-5)  # continuous at alpha = 1
+    vals = [speedup_bound(x / 10, 4, 0.1) for x in range(11)]
+    assert vals == sorted(vals)
+    assert speedup_bound(0.5, 0, 0.3) == 1.0
+    with pytest.raises(ValueError):
+        speedup_bound(1.5, 2, 0.1)
+    assert projected_speedup(2.0, 3, 0.02846) == pytest.approx(2.0 / (1 + 3 * 0.00203 / 0.02846))
+    assert not math.isnan(projected_speedup(1.0, 0, 0.02667))
+
+
+def _refused(capsys, argv, *needles):
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_bad_inputs_get_one_line(pair, capsys, tmp_path):
+    d, t = pair
+    out = str(tmp_path / "o")
+    base = ["bench", "--pair", f"{d},{t}", "--out", out]
+    _refused(capsys, base + ["--streams", "code,poetry"], "poetry", "code, math, text")
+    _refused(capsys, base + ["--backend", "tflite"], "tflite", "ort, executorch, torch")
+    _refused(capsys, base + ["--peers", "vllm"], "vllm", "hf, torch, ort, executorch")
+    _refused(capsys, ["bench", "--pair", "llama-68m", "--out", out], "llama-68m", "bundled", "DRAFTER,TARGET")
+    _refused(capsys, ["bench", "--pair", f"{d},{tmp_path / 'nope'}", "--out", out], "does not exist")
+    _refused(capsys, base + ["--draft-lens", "2,x"], "--draft-lens")
+    _refused(capsys, base + ["--prompts", "0"], "--prompts")
+    assert not (tmp_path / "o").exists()  # nothing written for refused input
+
+
+def test_interrupt_keeps_finished_rows(pair, tmp_path, capsys, monkeypatch):
+    real = engine_mod.run_stream
+    calls = []
+
+    def interrupt_on_fourth(decoder, prompts, cfg, label, progress=True, on_verified=None):
+        calls.append(label)
+        if len(calls) == 4:  # sweep K=2, sweep K=3, target-only, then Ctrl-C inside spd-dm's 2nd prompt
+            gen = decoder.generate
+            seen = []
+
+            def generate(*a, **kw):
+                seen.append(1)
+                if len(seen) == 2:
+                    raise KeyboardInterrupt
+                return gen(*a, **kw)
+
+            decoder.generate = generate
+        return real(decoder, prompts, cfg, label, progress, on_verified)
+
+    monkeypatch.setattr(engine_mod, "run_stream", interrupt_on_fourth)
+    code = main(_argv(pair, tmp_path, "--peers", "none"))
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err and "interrupted" in err
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert doc["interrupted"] is True
+    assert [r["method"] for r in doc["rows"]] == ["target-only"]  # the half-done spd-dm row is dropped
+    assert len(doc["sweep"]) == 2 and "Interrupted" in (tmp_path / "bench.md").read_text()
+
+
+def test_sigint_from_outside_exits_cleanly(pair, tmp_path):
+    """A real SIGINT to the process: exit 130, no traceback, a valid partial report."""
+    err_file = tmp_path / "err.txt"
+    cmd = [sys.executable, "-m", "omnidraft.cli", *_argv(pair, tmp_path / "o", "--peers", "none")]
+    cmd[cmd.index("--max-new-tokens") + 1] = "48"  # long enough to be caught mid-run
+    with open(err_file, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=os.environ.copy())
+        deadline = time.time() + 120
+        while "target-only" not in err_file.read_text() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    text = err_file.read_text()
+    assert code == 130 and "Traceback" not in text, text[-2000:]
+    doc = json.loads((tmp_path / "o" / "bench.json").read_text())
+    assert doc["interrupted"] is True
+    assert all(r["status"] == "ok" for r in doc["rows"])
