@@ -35,3 +35,7 @@ class ExportError(OmnidraftError):
 
 class DataError(OmnidraftError):
     """A data set, stream or stream file is missing or malformed."""
+
+
+class AdapterError(OmnidraftError):
+    """A drafter adapter (LoRA delta) or adapted drafter is damaged or belongs to another drafter/target."""

@@ -1,0 +1,263 @@
+"""Adapter deltas and merged drafters on disk, per target, written atomically.
+
+Layout of a state folder (one base drafter, many targets)::
+
+    <state>/<target-id>/adapter/            adapter_config.json + adapter_model.safetensors (PEFT layout)
+    <state>/<target-id>/drafter/            the drafter with W + s*BA folded in (HF folder)
+    <state>/<target-id>/drafter-<format>/   the merged drafter re-lowered by `omnidraft export`
+    <state>/<target-id>/ngram_cache.json    the pair's n-gram cache
+
+The safetensors header records who the delta belongs to (drafter and target tokenizer sha256 and
+base-weights sha256); loading it for any other pair is refused. Folders are replaced by writing a
+temp folder next to them and renaming: the previous folder is renamed to ``<name>.prev`` first and
+deleted only after the new one is in place, and a reader that finds only ``.prev`` (crash between
+the two renames) restores it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from omnidraft.errors import AdapterError, ExportError, ModelFolderError
+
+FORMAT = "omnidraft.adapter"
+VERSION = "1"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+SIDECAR = "omnidraft-adapt.json"
+SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+# -- identity --------------------------------------------------------------------------------
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _weights_sha256(folder: Path) -> str:
+    """Same convention as the export manifest's ``source_model_sha256``: one file -> its sha256,
+    shards -> sha256 over (name, sha256) in name order."""
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return _sha256_file(single)
+    index = folder / "model.safetensors.index.json"
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError):
+        raise ModelFolderError(f"{folder} has no readable model.safetensors(.index.json); pass a complete model folder") from None
+    h = hashlib.sha256()
+    for s in shards:
+        h.update(s.encode() + b"\0" + _sha256_file(folder / s).encode())
+    return h.hexdigest()
+
+
+def model_identity(folder: str | Path) -> tuple[str, str]:
+    """(tokenizer sha256, base-weights sha256) of an HF folder or of an export folder (whose
+    manifest names the HF weights it was lowered from, so both give the same identity)."""
+    folder = Path(folder)
+    manifest = folder / "manifest.json"
+    if manifest.is_file():
+        try:
+            m = json.loads(manifest.read_text())
+            return str(m["tokenizer_sha256"]), str(m["source_model_sha256"])
+        except (OSError, ValueError, KeyError):
+            raise ModelFolderError(f"{manifest} is unreadable or lacks tokenizer/source sha256; re-export the model") from None
+    tok = folder / "tokenizer.json"
+    if not tok.is_file():
+        raise ModelFolderError(f"{folder} has no tokenizer.json; pass a model folder with its tokenizer")
+    return _sha256_file(tok), _weights_sha256(folder)
+
+
+@dataclass(frozen=True)
+class PairIdentity:
+    drafter_tokenizer: str
+    drafter_weights: str
+    target_tokenizer: str
+    target_weights: str
+
+    @classmethod
+    def of(cls, drafter: str | Path, target: str | Path) -> "PairIdentity":
+        return cls(*model_identity(drafter), *model_identity(target))
+
+    @property
+    def target_id(self) -> str:
+        return hashlib.sha256(f"{self.target_tokenizer}:{self.target_weights}".encode()).hexdigest()[:16]
+
+    def metadata(self) -> dict[str, str]:
+        return {"format": FORMAT, "version": VERSION, **asdict(self)}
+
+
+def pair_dir(state: str | Path, ident: PairIdentity) -> Path:
+    return Path(state) / ident.target_id
+
+
+# -- atomic folders --------------------------------------------------------------------------
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for f in path.rglob("*"):
+        if f.is_file():
+            with open(f, "rb+") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(path)
+
+
+def recover_dir(final: Path) -> None:
+    """Undo a crash between the two renames of ``replace_dir``; drop abandoned temp folders."""
+    prev = final.with_name(final.name + ".prev")
+    if not final.exists() and prev.is_dir():
+        os.rename(prev, final)
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def new_temp_dir(final: Path) -> Path:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the swapped-in folder should read like any other
+    return tmp
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Swap a fully written ``tmp`` folder in for ``final``, keeping the old one until it is in place."""
+    _fsync_tree(tmp)
+    prev = final.with_name(final.name + ".prev")
+    if prev.exists() and final.exists():
+        shutil.rmtree(prev)
+    if final.exists():
+        os.rename(final, prev)
+    os.rename(tmp, final)
+    _fsync_dir(final.parent)
+    shutil.rmtree(prev, ignore_errors=True)
+
+
+# -- LoRA deltas -----------------------------------------------------------------------------
+def save_adapter(peft_model: torch.nn.Module, folder: str | Path, ident: PairIdentity, info: dict | None = None) -> Path:
+    """Write the LoRA weights in PEFT layout with the pair's identity in the safetensors header."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    final = Path(folder)
+    recover_dir(final)
+    tmp = new_temp_dir(final)
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(peft_model).items()}
+        meta = ident.metadata()
+        meta["info"] = json.dumps(info or {}, sort_keys=True)
+        save_file(state, str(tmp / ADAPTER_WEIGHTS), metadata=meta)
+        peft_model.peft_config["default"].save_pretrained(str(tmp))
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def read_adapter(folder: str | Path, ident: PairIdentity) -> tuple[dict[str, torch.Tensor], dict]:
+    """Tensors and header of a saved delta; refuses a delta of another drafter or target."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    recover_dir(folder)
+    path = folder / ADAPTER_WEIGHTS
+    if not path.is_file() or not (folder / ADAPTER_CONFIG).is_file():
+        raise AdapterError(f"{folder} is not an adapter folder ({ADAPTER_WEIGHTS} + {ADAPTER_CONFIG}); "
+                           "delete it to start a fresh adapter")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as exc:  # safetensors raises its own error types for damaged files
+        raise AdapterError(f"adapter {path} is damaged ({exc}); delete {folder} to start a fresh adapter") from None
+    if meta.get("format") != FORMAT:
+        raise AdapterError(f"{path} was not written by omnidraft adapt (no pair identity in its header); "
+                           "delete it or pass a folder from `omnidraft adapt`")
+    for who, keys in (("drafter", ("drafter_tokenizer", "drafter_weights")), ("target", ("target_tokenizer", "target_weights"))):
+        if any(meta.get(k) != getattr(ident, k) for k in keys):
+            raise AdapterError(f"adapter {folder} was trained for another {who} (tokenizer or weights differ); "
+                               f"use the adapter of this {who}, or delete {folder} to adapt from scratch")
+    return tensors, meta
+
+
+def load_adapter(peft_model: torch.nn.Module, folder: str | Path, ident: PairIdentity) -> dict:
+    """Load a saved delta into ``peft_model`` (same rank and target modules required)."""
+    from peft import set_peft_model_state_dict
+
+    tensors, meta = read_adapter(folder, ident)
+    own = {k: v for k, v in peft_model.named_parameters() if "lora_" in k}
+    try:
+        result = set_peft_model_state_dict(peft_model, tensors)
+    except RuntimeError as exc:  # shape mismatch: another rank
+        raise AdapterError(f"adapter {folder} does not fit this LoRA layout ({str(exc).splitlines()[0][:160]}); "
+                           "pass the --lora-rank it was trained with or delete it") from None
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected or len(tensors) != len(own):
+        raise AdapterError(f"adapter {folder} has {len(tensors)} tensors but this LoRA layout has {len(own)}; "
+                           "pass the --lora-rank/targets it was trained with or delete it")
+    return meta
+
+
+# -- merge back ------------------------------------------------------------------------------
+def merged_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A plain HF model with W + s*BA folded in (``model`` itself is left untouched)."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        return copy.deepcopy(model).merge_and_unload()
+    return model
+
+
+def write_merged(model: torch.nn.Module, base_folder: str | Path, folder: str | Path, ident: PairIdentity,
+                 info: dict | None = None) -> Path:
+    """Save the merged drafter as an HF folder (tokenizer files copied from the base drafter)."""
+    final = Path(folder)
+    recover_dir(final)
+    tmp = new_temp_dir(final)
+    try:
+        merged_model(model).save_pretrained(str(tmp), safe_serialization=True)
+        for name in SIDE_FILES:
+            if (Path(base_folder) / name).is_file():
+                shutil.copyfile(Path(base_folder) / name, tmp / name)
+        (tmp / SIDECAR).write_text(json.dumps({"base": ident.metadata(), "info": info or {}}, indent=1, sort_keys=True))
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def export_merged(merged: str | Path, fmt: str, folder: str | Path, max_seq_len: int, quant: str = "fp32") -> Path:
+    """Re-lower the merged drafter with the export pipeline (parity gate included) and swap the
+    export folder in only when the gate passed."""
+    try:
+        from omnidraft.export.pipeline import export_model
+    except ImportError as exc:
+        raise ExportError(f"the export pipeline is not available ({exc}); install omnidraft with its export extras") from None
+    final = Path(folder)
+    recover_dir(final)
+    tmp = new_temp_dir(final)
+    try:
+        export_model(merged, fmt, quant, max_seq_len, tmp, progress=False)
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final

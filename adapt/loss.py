@@ -1,0 +1,109 @@
+"""The paper's cross-vocabulary distillation loss (Eq. 3/4) on a fixed-shape padded batch.
+
+    L = ( sum_DM KL(q'_theta || p) + lambda * sum_Ngram -log q_theta(d) ) / (#DM + #Ngram positions)
+
+* DM positions (reverse KL in target space): q' is the drafter softmax restricted to the vocabulary
+  intersection and renormalised (``log_softmax`` over the intersection columns), lifted to target
+  ids by the direct map, which is a relabelling, so the KL is computed over intersection indices.
+  p is the target distribution over the intersection (renormalised; this adds a constant to the
+  loss and leaves its gradient unchanged), held as top-K log-probs plus one tail log-prob:
+  KL = sum_i q_i log q_i - tail - sum_k q_k (logp_k - tail)     (uses sum_i q_i = 1).
+* n-gram positions (NLL in drafter space): -log of the full drafter softmax at the sub-token.
+* ``dm`` variant: lambda = 0 and n-gram positions left out (``ng_mask`` zero).
+
+The same module is exported as the ExecuTorch training program and run in eager as the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .buffer import Record
+
+LAMBDA = 0.2
+LOSSES = ("hybrid", "dm")
+
+
+@dataclass
+class Batch:
+    ids: torch.Tensor        # int64 [B, L]
+    dm_mask: torch.Tensor    # float32 [B, L]
+    topk_idx: torch.Tensor   # int64 [B, L, K]
+    topk_logp: torch.Tensor  # float32 [B, L, K]
+    tail: torch.Tensor       # float32 [B, L]
+    ng_mask: torch.Tensor    # float32 [B, L]
+    labels: torch.Tensor     # int64 [B, L]
+    lam: torch.Tensor        # float32 [1]
+
+    def inputs(self) -> tuple[torch.Tensor, ...]:
+        return (self.ids, self.dm_mask, self.topk_idx, self.topk_logp, self.tail, self.ng_mask, self.labels, self.lam)
+
+    @property
+    def positions(self) -> int:
+        return int(self.dm_mask.sum().item() + self.ng_mask.sum().item())
+
+
+def make_batch(records: list[Record], loss: str, k: int, batch_size: int | None = None,
+               seq_len: int | None = None, pad_id: int = 0) -> Batch:
+    """Right-pad records into one batch. Causal attention never lets a real token see the padding,
+    so no attention mask is needed. A record longer than ``seq_len`` keeps its last ``seq_len``
+    tokens (the loss rows sit at the end)."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}")
+    b = batch_size or len(records)
+    length = seq_len or max(len(r.ids) for r in records)
+    ids = torch.full((b, length), pad_id, dtype=torch.long)
+    dm = torch.zeros(b, length)
+    idx = torch.zeros(b, length, k, dtype=torch.long)
+    logp = torch.zeros(b, length, k)
+    tail = torch.zeros(b, length)
+    ng = torch.zeros(b, length)
+    labels = torch.zeros(b, length, dtype=torch.long)
+    for i, r in enumerate(records):
+        cut = max(0, len(r.ids) - length)
+        seq = torch.from_numpy(r.ids[cut:].astype(np.int64))
+        ids[i, : len(seq)] = seq
+        rows = r.dm_rows.astype(np.int64) - cut
+        keep = rows >= 0
+        rows_t = torch.from_numpy(rows[keep])
+        dm[i, rows_t] = 1.0
+        idx[i, rows_t] = torch.from_numpy(r.dm_idx[keep].astype(np.int64))
+        logp[i, rows_t] = torch.from_numpy(r.dm_logp[keep].astype(np.float32))
+        tail[i, rows_t] = torch.from_numpy(r.dm_tail[keep])
+        if loss == "hybrid":
+            nrows = r.ng_rows.astype(np.int64) - cut
+            nrows_t = torch.from_numpy(nrows[nrows >= 0])
+            ng[i, nrows_t] = 1.0
+            labels[i, nrows_t] = ids[i, nrows_t + 1]
+    lam = torch.tensor([LAMBDA if loss == "hybrid" else 0.0])
+    return Batch(ids, dm, idx, logp, tail, ng, labels, lam)
+
+
+def hybrid_loss(logits: torch.Tensor, inter: torch.Tensor, dm_mask: torch.Tensor, topk_idx: torch.Tensor,
+                topk_logp: torch.Tensor, tail: torch.Tensor, ng_mask: torch.Tensor, labels: torch.Tensor,
+                lam: torch.Tensor) -> torch.Tensor:
+    """Scalar loss from drafter logits [B, L, V]; ``inter`` = the intersection's drafter ids."""
+    log_q = torch.log_softmax(logits.index_select(-1, inter), dim=-1)  # q' over the intersection
+    q = log_q.exp()
+    q_top = q.gather(-1, topk_idx)
+    kl = (q * log_q).sum(-1) - tail - (q_top * (topk_logp - tail.unsqueeze(-1))).sum(-1)
+    nll = -torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    total = (kl * dm_mask).sum() + lam.sum() * (nll * ng_mask).sum()
+    return total / (dm_mask.sum() + ng_mask.sum()).clamp(min=1.0)
+
+
+class LossModule(torch.nn.Module):
+    """drafter + loss: ``forward(*Batch.inputs()) -> (loss,)``; loss first, as the ExecuTorch
+    joint-graph export requires."""
+
+    def __init__(self, model: torch.nn.Module, inter: np.ndarray) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("inter", torch.as_tensor(np.asarray(inter, dtype=np.int64)), persistent=False)
+
+    def forward(self, ids, dm_mask, topk_idx, topk_logp, tail, ng_mask, labels, lam):
+        logits = self.model(input_ids=ids, use_cache=False).logits
+        return (hybrid_loss(logits, self.inter, dm_mask, topk_idx, topk_logp, tail, ng_mask, labels, lam),)

@@ -1,0 +1,242 @@
+"""Algorithm 2: decode the stream with cross-vocabulary SpD, buffer on-policy data, update the
+drafter every I prompts, publish guarded deltas per target.
+
+Publishing (every ``publish_every`` updates and at the end of the stream) runs the drift guard on
+the last ``guard_window`` prompts: the candidate weights and the last published weights re-decode
+them greedily (same cache copy); a candidate that loses more than ``guard_margin`` acceptance is
+rolled back (weights restored, optimizer moments reset) and reported. Otherwise the delta, the
+n-gram cache and the merged drafter are written for the target, each atomically.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from omnidraft.errors import ContextOverflow, InvalidArgument
+from omnidraft.runtime.session import open_pair
+from omnidraft.runtime.speculative import DecodeConfig
+
+from . import delta
+from .buffer import TOP_K, Collector, Record
+from .engine import Trainer, wrap_lora
+from .guard import Measure, measure
+from .loss import LOSSES
+
+
+@dataclass
+class AdaptConfig:
+    mode: str = "lora"            # "lora" | "full"
+    loss: str = "hybrid"          # "hybrid" | "dm"
+    rank: int = 32
+    every: int = 8                # prompts per update (= batch size)
+    steps_per_update: int = 1
+    lr: float | None = None       # default: 1e-4 (LoRA) / 2e-5 (full)
+    engine: str = "executorch"    # LoRA gradients: "executorch" | "eager"
+    seq_len: int = 256            # drafter tokens per training row (fixed program shape)
+    max_new_tokens: int = 48
+    draft_len: int = 4
+    guard_window: int = 8
+    guard_margin: float = 0.02
+    publish_every: int = 8        # updates between guarded publishes (and once at the end)
+    export_formats: tuple[str, ...] = ()
+    export_max_seq_len: int = 512
+    top_k: int = TOP_K
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.mode not in ("lora", "full"):
+            raise InvalidArgument(f"unknown adaptation mode {self.mode!r}; use lora or full")
+        if self.loss not in LOSSES:
+            raise InvalidArgument(f"unknown --loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
+        for name in ("every", "steps_per_update", "seq_len", "max_new_tokens", "guard_window", "publish_every", "top_k"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.lr is not None and not self.lr > 0:
+            raise InvalidArgument(f"--lr must be > 0 (got {self.lr})")
+        if self.guard_margin < 0:
+            raise InvalidArgument(f"--guard-margin must be >= 0 (got {self.guard_margin})")
+
+
+@dataclass
+class StreamLog:
+    acceptance: list[float] = field(default_factory=list)   # per prompt, as decoded live
+    accepted: list[int] = field(default_factory=list)
+    proposed: list[int] = field(default_factory=list)
+    losses: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    skipped_prompts: int = 0
+    buffer_bytes: int = 0
+    dm_positions: int = 0
+    ngram_positions: int = 0
+    topk_mass: list[float] = field(default_factory=list)
+    decode_seconds: float = 0.0
+    train_seconds: float = 0.0
+    publish_seconds: float = 0.0
+
+
+class OnlineAdapter:
+    def __init__(self, drafter: str | Path, target: str | Path, state: str | Path, cfg: AdaptConfig) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        self.drafter_path = Path(drafter)
+        self.ident = delta.PairIdentity.of(drafter, target)
+        self.dir = delta.pair_dir(state, self.ident)
+        self.cache_path = self.dir / "ngram_cache.json"
+        self.decoder = open_pair(Path(target), self.drafter_path, cache_path=self.cache_path)
+        if self.decoder.drafter.source != "hf":
+            raise InvalidArgument(f"--drafter {drafter} is an export folder; adaptation trains the HF weights, "
+                                  "pass the drafter's Hugging Face folder (exports are re-lowered from it)")
+        base = self.decoder.drafter.backend.model
+        self.model = base
+        self.resumed = False
+        if cfg.mode == "lora":
+            self.model = wrap_lora(base, cfg.rank)
+            if (self.dir / "adapter").exists() or (self.dir / "adapter.prev").exists():
+                delta.load_adapter(self.model, self.dir / "adapter", self.ident)
+                self.resumed = True
+        vocab = self.decoder.vocab
+        pad = int(self.decoder.drafter.codec.start_ids[0]) if self.decoder.drafter.codec.start_ids else 0
+        self.trainer = Trainer(self.model, vocab.drafter_ids, cfg.mode, cfg.loss, cfg.engine, cfg.lr,
+                               cfg.every, cfg.seq_len, min(cfg.top_k, vocab.size), pad)
+        self.collector = Collector(self.decoder.drafter.codec, self.decoder.target.codec, vocab,
+                                   k=cfg.top_k)
+        self.dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, draft_len=cfg.draft_len,
+                                 mode="ngram", seed=cfg.seed)
+        self.initial = self.trainer.snapshot()
+        self.initial_cache = self._cache_copy()
+        self.published = self.initial
+        self.updates = 0
+        self.log = StreamLog()
+
+    def _cache_copy(self):
+        import copy
+
+        return copy.deepcopy(self.decoder.cache)
+
+    # -- the stream ---------------------------------------------------------------------------
+    def decode(self, prompt: str) -> Record | None:
+        self.collector.start(prompt)
+        try:
+            r = self.decoder.generate(prompt, self.dcfg, on_verified=self.collector.on_verified)
+        except ContextOverflow:
+            self.log.skipped_prompts += 1
+            return None
+        return self.collector.finish(r.stats.accepted, r.stats.proposed)
+
+    def run(self, prompts: list[str], on_prompt: Callable[[int, Record | None], None] | None = None) -> StreamLog:
+        if not prompts:
+            raise InvalidArgument("the stream has no prompts")
+        buf: list[Record] = []
+        window: deque[str] = deque(maxlen=self.cfg.guard_window)
+        for i, prompt in enumerate(prompts):
+            t0 = time.perf_counter()
+            rec = self.decode(prompt)
+            self.log.decode_seconds += time.perf_counter() - t0
+            if rec is not None:
+                self._note(rec)
+                buf.append(rec)
+                window.append(prompt)
+            if on_prompt is not None:
+                on_prompt(i, rec)
+            if len(buf) == self.cfg.every:
+                self.update(buf)
+                buf = []
+                if self.updates % self.cfg.publish_every == 0:
+                    self.publish(list(window))
+        if buf:
+            self.update(buf)
+        self.publish(list(window), final=True)
+        self.log.events.extend(self.trainer.events)
+        return self.log
+
+    def _note(self, rec: Record) -> None:
+        lg = self.log
+        lg.acceptance.append(rec.acceptance)
+        lg.accepted.append(rec.accepted)
+        lg.proposed.append(rec.proposed)
+        lg.buffer_bytes += rec.nbytes()
+        lg.dm_positions += len(rec.dm_rows)
+        lg.ngram_positions += len(rec.ng_rows)
+        if len(rec.dm_rows):
+            lg.topk_mass.append(rec.topk_mass)
+
+    def update(self, records: list[Record]) -> None:
+        t0 = time.perf_counter()
+        self.updates += 1
+        for s in range(self.cfg.steps_per_update):
+            res = self.trainer.step(records, self.updates)
+            self.log.losses.append({"update": self.updates, "step": s, "loss": res.loss, "applied": res.applied,
+                                    "positions": res.positions, "engine": self.trainer.engine})
+            if not res.applied:
+                break
+        self.log.train_seconds += time.perf_counter() - t0
+
+    # -- guarded publish ----------------------------------------------------------------------
+    def publish(self, window: list[str], final: bool = False) -> bool:
+        t0 = time.perf_counter()
+        try:
+            cand = self.trainer.snapshot()
+            changed = any(not torch.equal(cand[n], self.published[n]) for n in cand)
+            if changed and window:
+                new = measure(self.decoder, window, self.dcfg).acceptance
+                self.trainer.restore(self.published)
+                old = measure(self.decoder, window, self.dcfg).acceptance
+                event = {"event": "guard", "update": self.updates, "window": len(window),
+                         "acceptance_new": round(new, 4), "acceptance_previous": round(old, 4)}
+                if new < old - self.cfg.guard_margin:
+                    event["action"] = "rolled-back"
+                    self.trainer.reset_optimizer()
+                    self.log.events.append(event)
+                    print(f"note: update {self.updates}: window acceptance {new:.3f} < previous {old:.3f} - "
+                          f"{self.cfg.guard_margin}; delta rolled back", file=sys.stderr)
+                    if not final:
+                        return False
+                    cand = self.published  # still write the cache and the (previous) drafter
+                else:
+                    event["action"] = "published"
+                    self.log.events.append(event)
+                    self.trainer.restore(cand)
+            self._write(cand)
+            return True
+        finally:
+            self.log.publish_seconds += time.perf_counter() - t0
+
+    def _write(self, weights: dict[str, torch.Tensor]) -> None:
+        info = {"updates": self.updates, "mode": self.cfg.mode, "loss": self.cfg.loss, "rank": self.cfg.rank}
+        self.decoder.cache.save(self.cache_path)
+        if self.cfg.mode == "lora":
+            delta.save_adapter(self.model, self.dir / "adapter", self.ident, info)
+        delta.write_merged(self.model, self.drafter_path, self.dir / "drafter", self.ident, info)
+        self.published = weights
+
+    def export(self) -> dict[str, str]:
+        """Re-lower the published merged drafter through `omnidraft export` (parity gate included)."""
+        out = {}
+        for fmt in self.cfg.export_formats:
+            path = delta.export_merged(self.dir / "drafter", fmt, self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len)
+            out[fmt] = str(path)
+        return out
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def evaluate(self, prompts: list[str], weights: dict[str, torch.Tensor], cache, progress=None) -> Measure:
+        live_w, live_c = self.trainer.snapshot(), self.decoder.cache
+        try:
+            self.trainer.restore(weights)
+            self.decoder.cache = cache
+            return measure(self.decoder, prompts, self.dcfg, progress=progress)
+        finally:
+            self.trainer.restore(live_w)
+            self.decoder.cache = live_c
+
+    def config_dict(self) -> dict:
+        d = asdict(self.cfg)
+        d["export_formats"] = list(self.cfg.export_formats)
+        return d

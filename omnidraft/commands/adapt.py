@@ -1,0 +1,71 @@
+"""`omnidraft adapt`: online distillation of the drafter on a task stream (paper Algorithm 2)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = "adapt the drafter online to a target on a prompt stream (hybrid distillation, LoRA or full FT)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drafter", type=Path, required=True, help="drafter Hugging Face folder (the base weights)")
+    p.add_argument("--target", type=Path, required=True, help="target: HF folder or export folder")
+    p.add_argument("--stream", required=True, help="code | math | text, or a JSONL file of {\"prompt\": ...} lines")
+    p.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md, acceptance.png")
+    p.add_argument("--state", type=Path, help="per-target state (adapter, merged drafter, n-gram cache); default OUT/state")
+    p.add_argument("--lora-rank", type=int, default=32)
+    p.add_argument("--full-ft", action="store_true", help="fine-tune all drafter weights (eager) instead of LoRA")
+    p.add_argument("--loss", default="hybrid", help="hybrid (reverse KL on DM tokens + 0.2 NLL on n-grams) | dm")
+    p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per drafter update (= batch size)")
+    p.add_argument("--steps-per-update", type=int, default=1)
+    p.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-4 LoRA, 2e-5 full FT)")
+    p.add_argument("--engine", default="executorch", help="LoRA gradients from executorch (training runtime) | eager")
+    p.add_argument("--seq-len", type=int, default=256, help="drafter tokens per training row (program shape)")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--draft-len", type=int, default=4, metavar="K")
+    p.add_argument("--train-limit", type=int, help="use only the first N prompts of the train stream")
+    p.add_argument("--eval-split", default="test", help="held-out split for before/after acceptance ('none' to skip)")
+    p.add_argument("--eval-limit", type=int, help="use only the first N held-out prompts")
+    p.add_argument("--guard-window", type=int, default=8, help="recent prompts re-decoded by the drift guard")
+    p.add_argument("--guard-margin", type=float, default=0.02, help="largest acceptance drop a delta may cause")
+    p.add_argument("--publish-every", type=int, default=8, help="updates between guarded publishes")
+    p.add_argument("--export", default="", help="comma list of formats (onnx,executorch) to re-lower the merged drafter")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from omnidraft.errors import InvalidArgument
+
+    if args.threads < 1:
+        raise InvalidArgument(f"--threads must be >= 1 (got {args.threads})")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from omnidraft.adapt.online import AdaptConfig
+    from omnidraft.adapt.run import adapt_stream
+
+    formats = tuple(f for f in args.export.split(",") if f)
+    bad = [f for f in formats if f not in ("onnx", "executorch")]
+    if bad:
+        raise InvalidArgument(f"unknown --export format(s) {', '.join(bad)}; use onnx and/or executorch")
+    cfg = AdaptConfig(mode="full" if args.full_ft else "lora", loss=args.loss, rank=args.lora_rank, every=args.every,
+                      steps_per_update=args.steps_per_update, lr=args.lr, engine=args.engine, seq_len=args.seq_len,
+                      max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, guard_window=args.guard_window,
+                      guard_margin=args.guard_margin, publish_every=args.publish_every, export_formats=formats,
+                      seed=args.seed)
+    split = None if args.eval_split in ("none", "") else args.eval_split
+    result = adapt_stream(args.drafter, args.target, args.stream, args.out, cfg, args.state, args.train_limit,
+                          split, args.eval_limit)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        from omnidraft.adapt.report import markdown
+
+        print(markdown(result), end="")
+        print(f"report: {result['files']['json']}  plot: {result['files']['png']}  state: {result['state']}", file=sys.stderr)
+    return 0

@@ -1,0 +1,115 @@
+"""The online loop end to end on a tiny pair: CLI, report, per-target state, drift guard, greedy exactness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import make_tiny_model
+
+from omnidraft.adapt import online
+from omnidraft.adapt.guard import Measure
+from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+from omnidraft.cli import main
+from omnidraft.runtime.speculative import DecodeConfig
+
+PROMPTS = ["def add(a, b):\n    return a + b\n\nprint(", "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
+           "To be, or not to be, that is the question:", "import os\nimport sys\n\n", "class Stack:\n    def push(self, x):",
+           "The quick brown fox jumps over", "for i in range(10):\n    print(", "Once upon a time, in a land far away,"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, tokenizer_path):
+    root = tmp_path_factory.mktemp("tiny-adapt-online")
+    d = make_tiny_model(root / "d", "llama", tokenizer_path("llama-spm"), seed=1)
+    t = make_tiny_model(root / "t", "qwen2", tokenizer_path("gpt-2"), seed=2)
+    stream = root / "stream.jsonl"
+    stream.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS) + "\n")
+    return d, t, stream
+
+
+def _cfg(**kw) -> AdaptConfig:
+    base = dict(every=4, max_new_tokens=12, engine="eager", lr=3e-2, rank=4, publish_every=1, guard_margin=1.0)
+    return AdaptConfig(**{**base, **kw})
+
+
+def test_cli_run_writes_report_and_per_target_state(pair, tmp_path, capsys):
+    d, t, stream = pair
+    out = tmp_path / "out"
+    rc = main(["adapt", "--drafter", str(d), "--target", str(t), "--stream", str(stream), "--out", str(out),
+               "--every", "4", "--max-new-tokens", "12", "--engine", "eager", "--lora-rank", "4", "--lr", "0.03",
+               "--guard-margin", "1", "--json"])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["stream_summary"]["prompts"] == len(PROMPTS) and rep["stream_summary"]["updates"] == 2
+    assert len(rep["per_prompt"]["accepted"]) == len(PROMPTS)
+    assert all(x["applied"] for x in rep["losses"]) and rep["stream_summary"]["dm_positions"] > 0
+    for f in ("report.json", "report.md", "acceptance.png"):
+        assert (out / f).stat().st_size > 0
+    state = Path(rep["state"])
+    assert state.parent == out / "state" and state.name == rep["target_id"]
+    assert {p.name for p in state.iterdir()} == {"adapter", "drafter", "ngram_cache.json"}
+    # A second run on the same state resumes from the saved adapter.
+    rc = main(["adapt", "--drafter", str(d), "--target", str(t), "--stream", str(stream), "--out", str(out),
+               "--every", "4", "--max-new-tokens", "12", "--engine", "eager", "--lora-rank", "4", "--train-limit", "4",
+               "--json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["resumed_adapter"] is True
+
+
+def test_bad_inputs_get_one_clear_line(pair, tmp_path, capsys):
+    d, t, _ = pair
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"prompt": "ok"}\n{"prompt": \n')
+    common = ["--drafter", str(d), "--target", str(t), "--out", str(tmp_path / "o")]
+    cases = [(["--stream", str(empty)], "empty"), (["--stream", str(broken)], "line 2"),
+             (["--stream", "poetry"], "unknown stream"), (["--stream", str(broken), "--loss", "kl"], "--loss"),
+             (["--stream", str(broken), "--every", "0"], "every")]
+    for extra, needle in cases:
+        assert main(["adapt", *common, *extra]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], err
+
+
+def test_drift_guard_rolls_back_a_worse_delta(pair, tmp_path, monkeypatch):
+    d, t, _ = pair
+    ad = OnlineAdapter(d, t, tmp_path / "state", _cfg())
+    initial = ad.trainer.snapshot()
+    recs = [ad.decode(p) for p in PROMPTS[:4]]
+    ad.update(recs)
+    trained = ad.trainer.snapshot()
+    assert any(not torch.equal(initial[n], trained[n]) for n in initial)
+    calls = iter([0.10, 0.50])  # candidate, then previous
+
+    def scripted(decoder, prompts, cfg, **kw):
+        m = Measure(prompts=len(prompts), proposed=100)
+        m.accepted = int(100 * next(calls))
+        return m
+
+    monkeypatch.setattr(online, "measure", scripted)
+    ad.cfg.guard_margin = 0.02
+    assert ad.publish(PROMPTS[:4]) is False
+    now = ad.trainer.snapshot()
+    assert all(torch.equal(now[n], initial[n]) for n in now)  # rolled back to the published weights
+    assert ad.log.events[-1]["action"] == "rolled-back"
+    assert not (ad.dir / "adapter").exists()  # nothing written
+    # A delta within the margin is published.
+    ad.update(recs)
+    calls = iter([0.49, 0.50])
+    assert ad.publish(PROMPTS[:4]) is True
+    assert ad.log.events[-1]["action"] == "published" and (ad.dir / "adapter").is_dir()
+
+
+def test_greedy_output_after_adaptation_equals_target_only(pair, tmp_path):
+    d, t, _ = pair
+    ad = OnlineAdapter(d, t, tmp_path / "state", _cfg(lr=5e-2))
+    start = ad.trainer.snapshot()
+    ad.run(PROMPTS)
+    assert any(not torch.equal(start[n], p) for n, p in ad.trainer.params.items())
+    spec = ad.evaluate(PROMPTS, ad.published, ad._cache_copy())
+    ref = online.measure(ad.decoder, PROMPTS, DecodeConfig(max_new_tokens=12, mode="target-only"))
+    assert spec.proposed > 0 and len(spec.outputs) == len(PROMPTS)
+    assert spec.outputs == ref.outputs
