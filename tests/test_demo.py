@@ -1,0 +1,64 @@
+"""`omnidraft demo` refuses a missing/damaged bundled pair and unknown streams in one line."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from tiny_models import make_tiny_model
+
+from omnidraft.bench import bundled
+from omnidraft.cli import main
+from omnidraft.errors import ModelFolderError
+
+
+@pytest.fixture()
+def fake_bundled(tmp_path, tokenizer_path, monkeypatch):
+    make_tiny_model(tmp_path / "drafter", "llama", tokenizer_path("llama-spm"), seed=1)
+    make_tiny_model(tmp_path / "target", "qwen2", tokenizer_path("gpt-2"), seed=2)
+    monkeypatch.setattr(bundled, "BUNDLED", tmp_path)
+    monkeypatch.setattr(bundled.check_bundled, "__defaults__", (tmp_path,))
+    return tmp_path
+
+
+def test_intact_pair_passes(fake_bundled):
+    assert set(bundled.check_bundled()) == {"drafter", "target"}
+
+
+@pytest.mark.parametrize("role,name,damage", [("target", "model.safetensors", "truncate"),
+                                              ("drafter", "tokenizer.json", "delete"),
+                                              ("target", "config.json", "garble")])
+def test_missing_or_damaged_file_is_named_with_a_fix(fake_bundled, role, name, damage):
+    f = fake_bundled / role / name
+    if damage == "delete":
+        f.unlink()
+    elif damage == "truncate":
+        f.write_bytes(f.read_bytes()[:100])
+    else:
+        f.write_text("{not json")
+    with pytest.raises(ModelFolderError) as err:
+        bundled.check_bundled()
+    msg = str(err.value)
+    assert str(f) in msg and ("setup.sh" in msg or "git checkout" in msg)
+
+
+def test_cli_names_the_bad_file_in_one_line(fake_bundled, capsys):
+    (fake_bundled / "target" / "model.safetensors").unlink()
+    assert main(["demo", "--backend", "torch", "--quick", "--streams", "code"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.safetensors is missing" in err[0]
+
+
+def test_unknown_stream_lists_the_valid_ones(capsys):
+    assert main(["demo", "--streams", "poetry"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "code, math, text" in err[0]
+
+
+def test_demo_runs_end_to_end_on_a_tiny_pair(fake_bundled, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["demo", "--backend", "torch", "--streams", "math", "--prompts", "2", "--max-new-tokens", "8",
+                 "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "| math |" in table and "True" in table  # identical greedy output to target-only
+    assert (out / "report.json").is_file() and (out / "acceptance.png").is_file()
