@@ -158,7 +158,7 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list) -> None:
+def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list, seconds: float = 0.0) -> None:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=ckpt_dir, prefix=f".step-{step:06d}-"))
     names = {id(p): n for n, p in model.named_parameters()}
@@ -168,7 +168,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list) -> None
         for k, v in st.items():
             opt_t[f"{names[id(p)]}::{k}"] = v.detach().reshape(-1).contiguous() if k == "step" else v.detach().contiguous()
     save_file(opt_t, str(tmp / "optimizer.safetensors"))
-    state = {"step": step, "torch_rng": torch.get_rng_state().tolist(), "losses": losses}
+    state = {"step": step, "torch_rng": torch.get_rng_state().tolist(), "losses": losses, "train_seconds": seconds}
     (tmp / "state.json").write_text(json.dumps(state))
     final = ckpt_dir / f"step-{step:06d}"
     if final.exists():
@@ -181,7 +181,8 @@ def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list) -> None
 
 
 def load_checkpoint(ckpt_dir: Path, model, opt) -> tuple[int, list]:
-    """Restores the last published checkpoint; returns (step, losses), or (0, []) if there is none."""
+    """Restores the last published checkpoint; returns (step, losses), or (0, []) if there is none.
+    The cumulative training wall time is in ``checkpoint_seconds(ckpt_dir)``."""
     latest = ckpt_dir / "latest.json"
     if not latest.is_file():
         return 0, []
@@ -198,6 +199,15 @@ def load_checkpoint(ckpt_dir: Path, model, opt) -> tuple[int, list]:
         opt.state[params[name]][k] = v.reshape(()) if k == "step" else v.clone()
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
     return state["step"], state["losses"]
+
+
+def checkpoint_seconds(ckpt_dir: Path) -> float:
+    """Training wall time accumulated over all runs up to the last checkpoint (0 if none)."""
+    try:
+        folder = ckpt_dir / json.loads((ckpt_dir / "latest.json").read_text())["dir"]
+        return float(json.loads((folder / "state.json").read_text()).get("train_seconds", 0.0))
+    except (OSError, ValueError, KeyError):
+        return 0.0
 
 
 def plot_losses(losses: list, path: Path, title: str) -> None:
@@ -273,6 +283,7 @@ def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: 
     B = tr["batch_size"]
     bar = tqdm(total=tr["steps"], initial=step, desc=recipe["name"], file=sys.stderr, disable=quiet)
     t_start, tok_done = time.time(), 0
+    seconds0 = checkpoint_seconds(ckpt)
     while step < tr["steps"] and not export_only:
         if stop_after is not None and step >= stop_after:
             bar.close()
@@ -291,15 +302,17 @@ def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: 
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_done / (time.time() - t_start):.0f}")
         if step % tr["checkpoint_every"] == 0 or step == tr["steps"]:
-            save_checkpoint(ckpt, step, model, opt, losses)
+            save_checkpoint(ckpt, step, model, opt, losses, seconds0 + time.time() - t_start)
             _write_json_atomic(work_dir / "loss_curve.json", {"recipe": recipe["name"], "losses": losses})
     bar.close()
     if out_dir is not None:
         export_hf(model, recipe, tok_path, out_dir, copy_tokenizer=recipe.get("commit_tokenizer", True))
         plot_losses(losses, MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR
                     else work_dir / "loss.png", f"{recipe['name']} training loss")
-        _write_json_atomic(out_dir / "loss_curve.json", {"recipe": recipe["name"], "losses": losses,
-                                                          "tokens": int(rows.numel())})
+        _write_json_atomic(out_dir / "loss_curve.json", {
+            "recipe": recipe["name"], "losses": losses, "tokens": int(rows.numel()),
+            "tokens_per_domain": {k: v * recipe["data"]["seq_len"] for k, v in domain_rows(recipe).items()},
+            "train_seconds": round(checkpoint_seconds(ckpt), 1)})
     return losses
 
 
