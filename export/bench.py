@@ -66,7 +66,7 @@ def time_steps(backend, context: int, repeats: int, ks=KS) -> dict[str, float]:
 
 
 def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=None, max_seq_len: int = 256,
-              context: int = 64, repeats: int = 20, reuse: bool = False) -> dict:
+              context: int = 64, repeats: int = 20, reuse: bool = False, et_path: str = "auto") -> dict:
     from .pipeline import export_model
 
     pairs = plan(formats, quants)
@@ -75,12 +75,12 @@ def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=N
     out = Path(out_dir)
     rows = []
     for fmt, quant in pairs:
-        d = out / f"{fmt}-{quant}"
+        d = out / (f"{fmt}-{quant}" + (f"-{et_path}" if fmt == "executorch" and et_path != "auto" else ""))
         export_s = None
         if not (reuse and is_export_dir(d)):
             print(f"bench-export: exporting {fmt}/{quant} …", file=sys.stderr)
             t = time.perf_counter()
-            export_model(model_dir, fmt, quant, max_seq_len, d, progress=False)
+            export_model(model_dir, fmt, quant, max_seq_len, d, progress=False, et_path=et_path)
             export_s = time.perf_counter() - t
         t = time.perf_counter()
         backend = open_backend(d)
@@ -88,7 +88,7 @@ def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=N
         m = backend.manifest
         ms = time_steps(backend, context, repeats)
         del backend
-        rows.append({"format": fmt, "quant": quant, "artifact": str(d / m.artifact_file),
+        rows.append({"format": fmt, "quant": quant, "exporter": m.exporter, "artifact": str(d / m.artifact_file),
                      "size_mib": m.artifact_bytes / 2**20, "export_s": export_s,
                      "load_ms": load_ms, "step_ms": ms["1"], "verify_ms": ms,
                      "parity": m.parity.get("top1_agreement") if m.quant != "fp32" else m.parity.get("max_abs_diff")})
@@ -106,7 +106,8 @@ def markdown(result: dict) -> str:
     for r in result["rows"]:
         par = r["parity"]
         par_s = f"{par:.1%} top-1" if r["quant"] != "fp32" else f"{par:.1e} max Δ"
-        lines.append(f"| {r['format']} | {r['quant']} | {r['size_mib']:.2f} | {r['load_ms']:.0f} | "
+        path = {"executorch-llm": " (llm)", "transformers": " (static)"}.get(r.get("exporter", "").split(" ")[0], "")
+        lines.append(f"| {r['format']}{path} | {r['quant']} | {r['size_mib']:.2f} | {r['load_ms']:.0f} | "
                      f"{r['step_ms']:.2f} | " + " | ".join(f"{r['verify_ms'][str(k)]:.2f}" for k in KS)
                      + f" | {par_s} |")
     return (f"Model: `{result['model']}`; medians of {result['repeats']} calls at context {result['context']}, "

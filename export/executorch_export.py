@@ -15,7 +15,10 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
-from omnidraft.errors import ExportError
+from omnidraft.errors import ExportError, InvalidArgument
+
+from .hf_model import ModelInfo
+from .recipes import GROUP_SIZE
 
 INPUTS = ["input_ids", "cache_position"]
 OUTPUTS = ["logits"]
@@ -45,3 +48,61 @@ def export_pte(model: torch.nn.Module, max_seq_len: int, path: Path) -> None:
                           "try --quant fp32 or report the model config") from exc
     with open(path, "wb") as f:
         lowered.write_to_file(f)
+
+
+def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedding_quant: str, et_path: str,
+                     max_seq_len: int, artifact: Path, sched, threshold: float, on_gate) -> "parity.Built":
+    """Quantize, lower (LLM path where the model fits it, else the static-cache path) and gate.
+
+    fp32 artifacts are held to fp32 HF eager; quantized ones to the same quantized module run in
+    eager mode (XNNPACK's kernels are what is being checked), with the HF fp32 figures recorded.
+    """
+    import copy
+    import sys
+
+    from omnidraft.runtime.backends.executorch import ExecuTorchBackend
+
+    from . import executorch_llm as llm
+    from . import parity
+    from .quantize import quantize_embedding_int8, torchao_quantize
+
+    reason = llm.unsupported_reason(info)
+    if et_path == "llm" and reason:
+        raise InvalidArgument(f"the ExecuTorch LLM path does not support this model ({reason}); "
+                              "use --et-path static or auto")
+    use_llm = et_path == "llm" or (et_path == "auto" and reason is None)
+    if et_path == "auto" and reason:
+        print(f"note: using the transformers static-cache path: the LLM path lacks {reason}", file=sys.stderr)
+    fp32_ref = parity.reference_logits(parity.hf_logits(model), sched)
+    quantized = quant != "fp32" or embedding_quant != "none"
+    if use_llm:
+        qmodel = llm.build_transformer(model, info, max_seq_len)
+        # The weight mapping must reproduce HF eager before anything else is judged.
+        conv = parity.compare({"prefill": (llm.eager_logits(qmodel)(sched.tokens_a), slice(None), "a")},
+                              fp32_ref[0], fp32_ref[1])
+        parity.check_fp32(conv, "ExecuTorch's Transformer with these weights (eager)")
+    else:
+        qmodel = copy.deepcopy(model) if quantized else model
+    skipped: list[str] = []
+    if quant != "fp32":
+        skipped = torchao_quantize(qmodel, quant)
+        if skipped:
+            print(f"note: {len(skipped)} linear layer(s) left in fp32 because their in_features is not a multiple "
+                  f"of {GROUP_SIZE}: {', '.join(skipped[:6])}{' …' if len(skipped) > 6 else ''}", file=sys.stderr)
+    if embedding_quant == "int8":
+        quantize_embedding_int8(qmodel)
+    if use_llm:
+        qmodel = llm.use_custom_ops(qmodel)
+        ref = parity.reference_logits(llm.eager_logits(qmodel), sched) if quantized else fp32_ref
+        llm.export_pte_llm(qmodel, max_seq_len, artifact)
+        inputs, outputs, exporter = llm.INPUTS, llm.OUTPUTS, "executorch-llm (custom sdpa + kv-cache ops, XNNPACK)"
+    else:
+        ref = parity.reference_logits(parity.hf_logits(qmodel), sched) if quantized else fp32_ref
+        export_pte(qmodel, max_seq_len, artifact)
+        inputs, outputs, exporter = INPUTS, OUTPUTS, "transformers static cache (XNNPACK)"
+    on_gate()
+    prov = parity.provisional_manifest("executorch", quant, info, max_seq_len, artifact, inputs, outputs)
+    steps = parity.run_artifact(ExecuTorchBackend(artifact.parent, prov), sched)
+    what = f"the {quant}{'+int8-embedding' if embedding_quant != 'none' else ''} .pte"
+    fig = parity.gate(steps, ref, fp32_ref, quant if quantized else "fp32", what, threshold)
+    return parity.Built(inputs, outputs, fig, exporter, skipped)

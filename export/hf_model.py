@@ -110,6 +110,7 @@ def load_model(info: ModelInfo):
     try:
         model = AutoModelForCausalLM.from_pretrained(
             str(info.folder), dtype=torch.float32, local_files_only=True, use_safetensors=True)
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise ModelFolderError(f"cannot load {info.folder}: {exc}; check the weights match config.json") from exc
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
+        msg = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise ModelFolderError(f"cannot load {info.folder}: {msg}; check config.json and the weights") from exc
     return model.eval()

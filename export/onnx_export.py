@@ -24,6 +24,7 @@ from omnidraft.errors import ExportError
 from .hf_model import ModelInfo
 
 OPSET = 20  # highest the TorchScript exporter emits
+EXPORTER = "torch.onnx (TorchScript, opset 20)"
 PROTOBUF_LIMIT = 2 * 2**30  # one .onnx file holds at most 2 GiB (protobuf); larger needs external data
 
 
@@ -74,3 +75,30 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path) -> tuple[li
     except Exception as exc:  # tracer / symbolic errors come in many types
         raise ExportError(f"ONNX export of {info.architecture} failed: {str(exc).splitlines()[0][:300]}") from exc
     return inputs, outputs
+
+
+def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len: int, artifact: Path, sched,
+               threshold: float, on_gate) -> "parity.Built":
+    """Export (+ quantize) and gate. The fp32 graph is always gated first: quantization starts from it."""
+    from dataclasses import replace
+
+    from omnidraft.runtime.backends.ort import OrtBackend
+
+    from . import parity
+    from .quantize import ort_quantize, ort_reference
+
+    fp32_path = artifact if quant == "fp32" else artifact.with_name("fp32.onnx")
+    inputs, outputs = export_onnx(model, info, fp32_path)
+    on_gate()
+    fp32_ref = parity.reference_logits(parity.hf_logits(model), sched)
+    prov = parity.provisional_manifest("onnx", quant, info, max_seq_len, fp32_path, inputs, outputs)
+    fp32_steps = parity.run_artifact(OrtBackend(fp32_path.parent, prov), sched)
+    fp32_fig = parity.gate(fp32_steps, fp32_ref, fp32_ref, "fp32", "the fp32 ONNX graph", threshold)
+    if quant == "fp32":
+        return parity.Built(inputs, outputs, fp32_fig, EXPORTER)
+    ort_quantize(fp32_path, artifact, quant)
+    fp32_path.unlink()
+    steps = parity.run_artifact(OrtBackend(artifact.parent, replace(prov, artifact_file=artifact.name)), sched)
+    ref = parity.reference_logits(parity.hf_logits(ort_reference(model, quant)), sched)
+    fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} ONNX graph", threshold)
+    return parity.Built(inputs, outputs, {**fig, "fp32_graph_max_abs_diff": fp32_fig["max_abs_diff"]}, EXPORTER)

@@ -8,7 +8,7 @@ off-by-one position or wrong mask after the rollback shows up as a difference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -61,10 +61,16 @@ def parity_tokens(tokenizer_file: Path, vocab_size: int, max_seq_len: int) -> Sc
     return Schedule(prefill=n, tokens_a=a, tokens_b=b)
 
 
-@torch.no_grad()
-def reference_logits(model: torch.nn.Module, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+def hf_logits(model: torch.nn.Module):
+    """ids -> logits of a cache-free full-sequence forward of a transformers model."""
+    @torch.no_grad()
     def run(ids: list[int]) -> np.ndarray:
         return model(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    return run
+
+
+def reference_logits(run, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Reference logits of both schedule sequences from ``run(ids) -> [len, V]``."""
     return run(sched.tokens_a), run(sched.tokens_b)
 
 
@@ -120,3 +126,39 @@ def check_schedule_fits(max_seq_len: int) -> None:
         from omnidraft.errors import InvalidArgument
 
         raise InvalidArgument(f"--max-seq-len {max_seq_len} is too small; use at least {MIN_MAX_SEQ_LEN}")
+
+
+@dataclass
+class Built:
+    """What a format's build step hands back to the pipeline."""
+    inputs: list[str]
+    outputs: list[str]
+    parity: dict
+    exporter: str
+    skipped_layers: list[str] = field(default_factory=list)
+
+
+def provisional_manifest(fmt: str, quant: str, info, max_seq_len: int, artifact: Path, inputs: list[str],
+                         outputs: list[str]):
+    """In-memory manifest so the gate runs the artifact through the real runtime backend."""
+    from omnidraft.runtime.manifest import Manifest
+
+    return Manifest(format=fmt, quant=quant, architecture=info.architecture, vocab_size=info.vocab_size,
+                    max_seq_len=max_seq_len, num_layers=info.num_layers, num_kv_heads=info.num_kv_heads,
+                    head_dim=info.head_dim, inputs=inputs, outputs=outputs, artifact_file=artifact.name,
+                    artifact_sha256="", artifact_bytes=1, tokenizer_file="tokenizer.json", tokenizer_sha256="",
+                    source_model_sha256="", exporter_versions={}, eos_token_ids=[], bos_token_id=None,
+                    parity={}, export_command="omnidraft export ...")
+
+
+def gate(steps: dict, ref: tuple[np.ndarray, np.ndarray], fp32_ref: tuple[np.ndarray, np.ndarray], quant: str,
+         what: str, threshold: float) -> dict:
+    """Apply the gate for ``quant`` and return the manifest's parity figures."""
+    fig = compare(steps, *ref)
+    if quant == "fp32" and ref is fp32_ref:
+        check_fp32(fig, what)
+        return {**fig, "reference": "fp32-eager", "threshold_max_abs_diff": FP32_MAX_ABS_DIFF}
+    check_top1(fig, what, threshold)
+    vs_fp32 = compare(steps, *fp32_ref)
+    return {**fig, "reference": "quantized-eager", "threshold_top1": threshold,
+            "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}

@@ -9,7 +9,8 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+import warnings
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -65,11 +66,11 @@ def _prepare_out_dir(out: Path) -> None:
 
 
 def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, out_dir: str | Path,
-                 embedding_quant: str = "none", min_top1: float | None = None,
+                 embedding_quant: str = "none", min_top1: float | None = None, et_path: str = "auto",
                  progress: bool = True) -> ExportResult:
     """Export, gate and write. Raises ExportError (nothing is published) if the gate fails."""
     t0 = time.perf_counter()
-    recipes.check_choice(fmt, quant, embedding_quant)
+    recipes.check_choice(fmt, quant, embedding_quant, et_path)
     info = inspect_folder(model_dir)
     if max_seq_len > info.max_position_embeddings:
         raise InvalidArgument(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
@@ -77,6 +78,12 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
     from .parity import check_schedule_fits
 
     check_schedule_fits(max_seq_len)
+    if fmt == "executorch" and et_path == "llm":  # refuse before minutes of loading and lowering
+        from .executorch_llm import unsupported_reason
+
+        if reason := unsupported_reason(info):
+            raise InvalidArgument(f"the ExecuTorch LLM path does not support this model ({reason}); "
+                                  "use --et-path static or auto")
     threshold = recipes.MIN_TOP1_AGREEMENT if min_top1 is None else float(min_top1)
     if not 0.0 <= threshold <= 1.0:
         raise InvalidArgument(f"--min-top1 must be within [0, 1] (got {min_top1})")
@@ -85,8 +92,9 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
     _quiet_libraries()
     command = " ".join(shlex.quote(str(a)) for a in [
         "omnidraft", "export", "--model", model_dir, "--format", fmt, "--quant", quant,
-        "--max-seq-len", max_seq_len, "--out", out_dir] + (["--embedding-quant", embedding_quant]
-                                                           if embedding_quant != "none" else []))
+        "--max-seq-len", max_seq_len, "--out", out_dir]
+        + (["--embedding-quant", embedding_quant] if embedding_quant != "none" else [])
+        + (["--et-path", et_path] if fmt == "executorch" and et_path != "auto" else []))
 
     from tqdm import tqdm
 
@@ -109,23 +117,29 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
 
         sched = parity.parity_tokens(info.folder / TOKENIZER_FILE, info.vocab_size, max_seq_len)
         artifact = staging / recipes.ARTIFACT_FILES[fmt]
-        if fmt == "onnx":
-            build = _build_onnx
-        else:
-            build = _build_executorch
-        inputs, outputs, skipped, figures = build(model, info, quant, embedding_quant, max_seq_len,
-                                                  artifact, sched, threshold, stage)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # exporter deprecation chatter; real failures raise
+            if fmt == "onnx":
+                from .onnx_export import build_onnx
+
+                built = build_onnx(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2))
+            else:
+                from .executorch_export import build_executorch
+
+                built = build_executorch(model, info, quant, embedding_quant, et_path, max_seq_len, artifact,
+                                         sched, threshold, lambda: stage(2))
         stage(3)
         manifest = Manifest(
             format=fmt, quant=quant, embedding_quant=embedding_quant, architecture=info.architecture,
             vocab_size=info.vocab_size, max_seq_len=max_seq_len, num_layers=info.num_layers,
-            num_kv_heads=info.num_kv_heads, head_dim=info.head_dim, inputs=inputs, outputs=outputs,
+            num_kv_heads=info.num_kv_heads, head_dim=info.head_dim, inputs=built.inputs, outputs=built.outputs,
             artifact_file=artifact.name, artifact_sha256=sha256_file(artifact),
             artifact_bytes=artifact.stat().st_size, tokenizer_file=TOKENIZER_FILE,
             tokenizer_sha256=sha256_file(info.folder / TOKENIZER_FILE),
             source_model=str(info.folder.resolve()), source_model_sha256=weights_sha256(info),
             exporter_versions=_versions(), eos_token_ids=_eos_list(info.eos_token_id),
-            bos_token_id=info.bos_token_id, parity=figures, export_command=command, skipped_layers=skipped)
+            bos_token_id=info.bos_token_id, parity=built.parity, export_command=command,
+            skipped_layers=built.skipped_layers, exporter=built.exporter)
         _publish(staging, out, info.folder, manifest)
         bar.n = len(stages)
         bar.set_description("export: done")
@@ -139,82 +153,6 @@ def _eos_list(eos) -> list[int]:
     if eos is None:
         return []
     return [int(e) for e in eos] if isinstance(eos, list) else [int(eos)]
-
-
-def _provisional(fmt: str, quant: str, info, max_seq_len: int, artifact: Path, inputs, outputs) -> Manifest:
-    """In-memory manifest so the gate can run the artifact through the real runtime backend."""
-    return Manifest(format=fmt, quant=quant, architecture=info.architecture, vocab_size=info.vocab_size,
-                    max_seq_len=max_seq_len, num_layers=info.num_layers, num_kv_heads=info.num_kv_heads,
-                    head_dim=info.head_dim, inputs=inputs, outputs=outputs, artifact_file=artifact.name,
-                    artifact_sha256="", artifact_bytes=1, tokenizer_file=TOKENIZER_FILE, tokenizer_sha256="",
-                    source_model_sha256="", exporter_versions={}, eos_token_ids=[], bos_token_id=None,
-                    parity={}, export_command="omnidraft export ...")
-
-
-def _build_onnx(model, info, quant, embedding_quant, max_seq_len, artifact, sched, threshold, stage):
-    from . import parity
-    from .onnx_export import export_onnx
-    from .quantize import ort_quantize, ort_reference
-    from omnidraft.runtime.backends.ort import OrtBackend
-
-    fp32_path = artifact if quant == "fp32" else artifact.with_name("fp32.onnx")
-    inputs, outputs = export_onnx(model, info, fp32_path)
-    stage(2)
-    ref_a, ref_b = parity.reference_logits(model, sched)
-    prov = _provisional("onnx", quant, info, max_seq_len, fp32_path, inputs, outputs)
-    fp32_fig = parity.compare(parity.run_artifact(OrtBackend(fp32_path.parent, prov), sched), ref_a, ref_b)
-    # Quantization starts from this graph, so it must be right before anything else is judged.
-    parity.check_fp32(fp32_fig, "the fp32 ONNX graph")
-    if quant == "fp32":
-        return inputs, outputs, [], {**fp32_fig, "reference": "fp32-eager",
-                                                   "threshold_max_abs_diff": parity.FP32_MAX_ABS_DIFF}
-    ort_quantize(fp32_path, artifact, quant)
-    fp32_path.unlink()
-    backend = OrtBackend(artifact.parent, replace(prov, artifact_file=artifact.name))
-    steps = parity.run_artifact(backend, sched)
-    fig = parity.compare(steps, *parity.reference_logits(ort_reference(model, quant), sched))
-    vs_fp32 = parity.compare(steps, ref_a, ref_b)
-    parity.check_top1(fig, f"the {quant} ONNX graph", threshold)
-    return inputs, outputs, [], {
-        **fig, "reference": "quantized-eager", "threshold_top1": threshold,
-        "fp32_graph_max_abs_diff": fp32_fig["max_abs_diff"],
-        "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}
-
-
-def _build_executorch(model, info, quant, embedding_quant, max_seq_len, artifact, sched, threshold, stage):
-    import copy
-
-    from . import parity
-    from .executorch_export import INPUTS, OUTPUTS, export_pte
-    from .quantize import quantize_embedding_int8, torchao_quantize
-    from omnidraft.runtime.backends.executorch import ExecuTorchBackend
-
-    fp32_ref = parity.reference_logits(model, sched) if quant != "fp32" or embedding_quant != "none" else None
-    qmodel = copy.deepcopy(model) if fp32_ref is not None else model
-    skipped: list[str] = []
-    if quant != "fp32":
-        skipped = torchao_quantize(qmodel, quant)
-        if skipped:
-            print(f"note: {len(skipped)} linear layer(s) left in fp32 because their in_features is not a multiple "
-                  f"of {recipes.GROUP_SIZE}: {', '.join(skipped[:6])}{' …' if len(skipped) > 6 else ''}",
-                  file=sys.stderr)
-    if embedding_quant == "int8":
-        quantize_embedding_int8(qmodel)
-    ref_a, ref_b = parity.reference_logits(qmodel, sched)  # the quantized eager reference
-    export_pte(qmodel, max_seq_len, artifact)
-    stage(2)
-    prov = _provisional("executorch", quant, info, max_seq_len, artifact, INPUTS, OUTPUTS)
-    steps = parity.run_artifact(ExecuTorchBackend(artifact.parent, prov), sched)
-    fig = parity.compare(steps, ref_a, ref_b)
-    if fp32_ref is None:
-        parity.check_fp32(fig, "the fp32 .pte")
-        return INPUTS, OUTPUTS, skipped, {**fig, "reference": "fp32-eager",
-                                                        "threshold_max_abs_diff": parity.FP32_MAX_ABS_DIFF}
-    vs_fp32 = parity.compare(steps, *fp32_ref)
-    parity.check_top1(fig, f"the {quant} .pte", threshold)
-    return INPUTS, OUTPUTS, skipped, {
-        **fig, "reference": "quantized-eager", "threshold_top1": threshold,
-        "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}
 
 
 def _publish(staging: Path, out: Path, model_dir: Path, manifest: Manifest) -> None:

@@ -19,6 +19,8 @@ from .recipes import GROUP_SIZE
 def untie_lm_head(model: torch.nn.Module) -> None:
     """Give lm_head its own weight: quantizing a tied Linear would also swap the embedding's
     Parameter for a quantized tensor that nn.Embedding cannot index."""
+    if not hasattr(model, "get_output_embeddings"):  # ExecuTorch's Transformer never ties
+        return
     head, emb = model.get_output_embeddings(), model.get_input_embeddings()
     if head is not None and head.weight is emb.weight:
         head.weight = torch.nn.Parameter(emb.weight.detach().clone())

@@ -14,6 +14,10 @@ QUANTS: dict[str, tuple[str, ...]] = {
 }
 FORMATS = tuple(QUANTS)
 EMBEDDING_QUANTS = ("none", "int8")
+# ExecuTorch lowering path: "llm" = ExecuTorch's LLM path (custom sdpa / KV-cache ops, ~3x faster per
+# token), "static" = transformers' static-cache wrapper (any architecture transformers exports),
+# "auto" = llm where the model fits it.
+ET_PATHS = ("auto", "llm", "static")
 ARTIFACT_FILES = {"onnx": "model.onnx", "executorch": "model.pte"}
 
 # torchao 8da4w groups and ORT MatMulNBits blocks. 32 is the finest group XNNPACK's 4-bit kernel
@@ -38,7 +42,7 @@ MIN_TOP1_AGREEMENT = 0.90
 MIN_MAX_SEQ_LEN = 24
 
 
-def check_choice(fmt: str, quant: str, embedding_quant: str = "none") -> None:
+def check_choice(fmt: str, quant: str, embedding_quant: str = "none", et_path: str = "auto") -> None:
     """Refuse an unknown format / quant / embedding quant, listing the valid values."""
     if fmt not in QUANTS:
         raise InvalidArgument(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
@@ -48,6 +52,8 @@ def check_choice(fmt: str, quant: str, embedding_quant: str = "none") -> None:
     if embedding_quant not in EMBEDDING_QUANTS:
         raise InvalidArgument(
             f"unknown embedding quant {embedding_quant!r}; choose one of: {', '.join(EMBEDDING_QUANTS)}")
+    if et_path not in ET_PATHS:
+        raise InvalidArgument(f"unknown ExecuTorch path {et_path!r}; choose one of: {', '.join(ET_PATHS)}")
     if embedding_quant != "none" and fmt != "executorch":
         raise InvalidArgument(
             "--embedding-quant applies to --format executorch only (ONNX int4 already quantizes "

@@ -43,6 +43,7 @@ class Manifest:
     parity: dict[str, Any]
     export_command: str              # how to rebuild this folder (quoted in errors)
     embedding_quant: str = "none"
+    exporter: str = ""               # which lowering path produced the artifact
     source_model: str = ""
     skipped_layers: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION

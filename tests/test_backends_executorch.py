@@ -1,5 +1,6 @@
 """ExecuTorchBackend follows the backend protocol like eager PyTorch: prefill, decode, k-token
-verify, rollback by re-using positions, reset; one tiny fp32 Qwen2 export (lowering is slow)."""
+verify, rollback by re-using positions, reset; a tiny fp32 Qwen2 exported along both lowering
+paths (ExecuTorch's LLM path and the transformers static-cache path)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from omnidraft.runtime.manifest import load_manifest
 GPT2 = Path(__file__).resolve().parents[1] / "models" / "tokenizers" / "gpt2"
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("et-backend")
+@pytest.fixture(scope="module", params=["llm", "static"])
+def pair(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"et-{request.param}")
     hf = make_tiny_model(root / "hf", "qwen2", GPT2, seed=13, layers=1, max_pos=128)
-    res = export_model(hf, "executorch", "fp32", 40, root / "pte", progress=False)
+    res = export_model(hf, "executorch", "fp32", 40, root / "pte", et_path=request.param, progress=False)
     assert res.manifest.parity["max_abs_diff"] <= 1e-4
+    assert res.manifest.inputs[1] == {"llm": "input_pos", "static": "cache_position"}[request.param]
     return ExecuTorchBackend(root / "pte", load_manifest(root / "pte")), TorchEagerBackend(hf, 40)
 
 

@@ -1,7 +1,8 @@
 """ExecuTorch export: fp32 and both torchao quants (+ 8-bit embeddings) pass their parity gate.
 
 Lowering to XNNPACK takes tens of seconds even for a one-layer model on two cores, so this file
-exports three artifacts only: Llama fp32, Llama 8da4w, Qwen2 8da8w with an int8 embedding table.
+exports three artifacts only (ExecuTorch's LLM path, chosen automatically): Llama fp32, Llama
+8da4w, Qwen2 8da8w with an int8 embedding table. test_backends_executorch covers the static path.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def exports(tmp_path_factory) -> dict[tuple[str, str, str], Path]:
 def test_exports_and_passes_gate(exports, case):
     m = load_manifest(exports[case])
     assert (m.format, m.quant, m.embedding_quant) == ("executorch", case[1], case[2])
-    assert m.inputs == ["input_ids", "cache_position"] and m.outputs == ["logits"]
+    assert m.inputs == ["tokens", "input_pos"] and m.outputs == ["logits"]
+    assert m.exporter.startswith("executorch-llm")
     assert m.artifact_file == "model.pte" and m.max_seq_len == 32 and m.skipped_layers == []
     p = m.parity
     assert p["positions"] == 20 + 1 + 4 + 1 + 3
@@ -80,6 +82,29 @@ def test_group_size_misfit_layers_are_skipped_and_named():
     assert type(model.model.layers[0].mlp.up_proj.weight) is torch.nn.Parameter
     with torch.no_grad():
         assert np.isfinite(model(torch.tensor([[1, 2, 3]])).logits.numpy()).all()
+
+
+def test_llm_path_refuses_models_it_cannot_express(tmp_path):
+    import json
+
+    from omnidraft.export.executorch_llm import unsupported_reason
+    from omnidraft.export.hf_model import inspect_folder
+
+    hf = make_tiny_model(tmp_path / "hf", "llama", GPT2, seed=5, layers=1, max_pos=128)
+    assert unsupported_reason(inspect_folder(hf)) is None
+    cfg = json.loads((hf / "config.json").read_text())
+    cfg["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    (hf / "config.json").write_text(json.dumps(cfg))
+    assert "rope type 'llama3'" in unsupported_reason(inspect_folder(hf))
+    with pytest.raises(InvalidArgument, match="--et-path static"):
+        export_model(hf, "executorch", "fp32", 32, tmp_path / "o", et_path="llm", progress=False)
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+    cfg["attention_bias"] = True
+    (hf / "config.json").write_text(json.dumps(cfg))
+    assert "biases" in unsupported_reason(inspect_folder(hf))
+    with pytest.raises(InvalidArgument, match="unknown ExecuTorch path"):
+        export_model(hf, "executorch", "fp32", 32, tmp_path / "o", et_path="fast", progress=False)
 
 
 def test_embedding_quant_needs_executorch(tmp_path):

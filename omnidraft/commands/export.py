@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from omnidraft.export.recipes import EMBEDDING_QUANTS, FORMATS, MIN_TOP1_AGREEMENT, QUANTS
+from omnidraft.export.recipes import EMBEDDING_QUANTS, ET_PATHS, FORMATS, MIN_TOP1_AGREEMENT, QUANTS
 
 HELP = "export a model folder to ONNX or ExecuTorch (.pte) with a KV cache, quantized, parity-checked"
 
@@ -20,6 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder (created; an earlier export there is replaced)")
     parser.add_argument("--embedding-quant", default="none",
                         help=f"executorch only: {', '.join(EMBEDDING_QUANTS)} (8-bit per-row embedding table)")
+    parser.add_argument("--et-path", default="auto",
+                        help=f"executorch lowering: {', '.join(ET_PATHS)} (llm: ExecuTorch's custom sdpa/KV-cache "
+                             "ops, fastest, Llama/Qwen2 with plain rope; static: transformers static cache; "
+                             "auto: llm where it fits)")
     parser.add_argument("--min-top1", type=float, default=None,
                         help=f"parity bar for quantized artifacts: greedy top-1 agreement with their "
                              f"quantized eager reference (default {MIN_TOP1_AGREEMENT})")
@@ -30,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from omnidraft.export.pipeline import export_model
 
     result = export_model(args.model, args.format, args.quant, args.max_seq_len, args.out,
-                          embedding_quant=args.embedding_quant, min_top1=args.min_top1,
+                          embedding_quant=args.embedding_quant, min_top1=args.min_top1, et_path=args.et_path,
                           progress=not args.no_progress)
     print(result.summary())
     return 0

@@ -1,9 +1,11 @@
-"""ExecuTorch backend for a `.pte` exported by export/executorch_export.py.
+"""ExecuTorch backend for a `.pte` exported by omnidraft.export.
 
-The program has one method ``forward(input_ids[1,k], cache_position[k]) -> logits[1,k,V]`` with
-the KV cache held inside the program (mutable buffers). Writing at position p overwrites the
-cache rows from p on and the causal mask hides anything later, so rollback is just bookkeeping:
-the next call starts at the kept length.
+Two program signatures, told apart by the manifest's input names:
+- LLM path: ``forward(tokens[1,k], input_pos[1]) -> logits[1,k,V]`` (custom sdpa / update_cache ops)
+- static-cache path: ``forward(input_ids[1,k], cache_position[k]) -> logits[1,k,V]``
+Both hold the KV cache inside the program (mutable buffers). Writing at position p overwrites the
+cache rows from p on and attention never looks past the current position, so rollback is just
+bookkeeping: the next call starts at the kept length.
 """
 
 from __future__ import annotations
@@ -24,21 +26,14 @@ for _name in ("torchao", "torch.utils._pytree"):  # import-time chatter about op
 import torch  # noqa: E402  (executorch's Python runtime exchanges torch tensors)
 from executorch.runtime import Runtime  # noqa: E402
 
-_ops_loaded = False
-
-
-def _load_kernel_libraries() -> None:
-    """Register the non-core operators a .pte may reference (8-bit embedding lookup, LLM custom
-    ops); loading a program that uses them without this fails with "Missing operator"."""
-    global _ops_loaded
-    if _ops_loaded:
-        return
+def _load_kernel_libraries(llm_ops: bool) -> None:
+    """Register the non-core operators a .pte may reference (8-bit embedding lookup; the LLM
+    path's custom sdpa / update_cache); without them loading fails with "Missing operator"."""
     import executorch.kernels.quantized  # noqa: F401
-    try:
-        import executorch.extension.llm.custom_ops  # noqa: F401
-    except (ImportError, OSError):  # optional: only programs from the LLM export path need it
-        pass
-    _ops_loaded = True
+    if llm_ops:
+        # The package __init__ does not load the kernels; this module does (and pulls in inductor,
+        # hence only for programs that need it).
+        from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
 
 
 class ExecuTorchBackend:
@@ -48,7 +43,8 @@ class ExecuTorchBackend:
         if manifest.format != "executorch":
             raise ManifestError(f"{export_dir} holds a {manifest.format} export, not executorch; "
                                 "load it with its own backend")
-        _load_kernel_libraries()
+        self._llm = list(manifest.inputs[:2]) == ["tokens", "input_pos"]
+        _load_kernel_libraries(self._llm)
         path = Path(export_dir) / manifest.artifact_file
         try:
             program = Runtime.get().load_program(path)
@@ -72,7 +68,10 @@ class ExecuTorchBackend:
         check_forward_args(self, token_ids, start_pos)
         k = len(token_ids)
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
-        pos = torch.arange(start_pos, start_pos + k, dtype=torch.long)
+        if self._llm:
+            pos = torch.tensor([start_pos], dtype=torch.long)
+        else:
+            pos = torch.arange(start_pos, start_pos + k, dtype=torch.long)
         out = self._method.execute([ids, pos])[0]
         self._len = start_pos + k
         return out[0].numpy().astype(np.float32, copy=False)
