@@ -83,14 +83,14 @@ def for_backend(bench: "Bench", eng: "Engine", stream: str, method: str, prompts
     """(drafter LoadedModel for ``eng``'s backend, a fresh copy of the pass's cache); adapts on first use."""
     from omnidraft.bench.bundled import cached_export
     from omnidraft.bench.demo import BACKENDS
-    from omnidraft.runtime.loader import load_model
+    from omnidraft.bench.engine import load
 
     info = _pass(bench, stream, method, prompts or [], draft_len or 4)
     fmt, quant = BACKENDS[eng.backend]
     folder = Path(info["drafter"])
     path = folder if fmt is None else cached_export(folder, fmt, quant, bench.s.max_seq_len, bench.progress)
     cache = eng.load_cache(Path(info["cache"])) if info["cache"] else eng.new_cache()
-    return load_model(path), cache
+    return load(path, eng.threads), cache
 
 
 def adapt(bench: "Bench", eng: "Engine", stream: str, method: str, train, draft_len: int):

@@ -18,7 +18,7 @@ from pathlib import Path
 from omnidraft.bench import adapted
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
 from omnidraft.bench.demo import BACKENDS, write_json_atomic
-from omnidraft.bench.engine import Engine, Pair, resolve_pair
+from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
 from omnidraft.bench.metrics import (PAPER_LATENCY_S, PROJECTION_TARGETS, paper_reference, projected_speedup,
                                      speedup_bound)
 from omnidraft.bench.streams_eval import StreamRun
@@ -42,18 +42,19 @@ class BenchSettings:
     sweep_ks: tuple[int, ...] = (2, 3, 4, 6)
     sweep_prompts: int = 3        # train prompts for choosing the fixed K (never test prompts)
     train_prompts: int = 24       # train prompts that pre-collect the cache of spd-dm+ngram_pp
-    adapt_prompts: int = 200      # train prompts of the adaptation pass (adapted rows)
+    adapt_prompts: int = 64       # train prompts of each adaptation pass (adapted rows; 0 skips them)
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
     max_seq_len: int = 512        # exported KV-cache length for ort / executorch
+    threads: int | None = 1       # intra-op threads of every engine (None: each library's default)
     quick: bool = False
     out: Path = Path("reports/bench")
 
     @classmethod
     def quick_settings(cls, backend: str = "ort", **kw) -> "BenchSettings":
-        peers = tuple(dict.fromkeys(("hf", "torch", backend)))
-        return cls(backend=backend, prompts=3, max_new_tokens=32, sweep_ks=(2, 4), sweep_prompts=1,
-                   train_prompts=4, adapt_prompts=16, peers=peers, quick=True, **kw)
+        peers = tuple(dict.fromkeys(("hf", backend)))
+        return cls(backend=backend, prompts=2, max_new_tokens=24, sweep_ks=(2, 4), sweep_prompts=1,
+                   train_prompts=2, adapt_prompts=0, peers=peers, eviction=False, quick=True, **kw)
 
 
 def validate(s: BenchSettings) -> None:
@@ -69,6 +70,8 @@ def validate(s: BenchSettings) -> None:
     for name in ("prompts", "max_new_tokens", "sweep_prompts", "max_seq_len"):
         if getattr(s, name) < 1:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(s, name)})")
+    if s.threads is not None and s.threads < 1:
+        raise InvalidArgument(f"--threads must be >= 1 (got {s.threads}); omit it for one thread")
     if s.train_prompts < 0 or s.adapt_prompts < 0 or not s.sweep_ks or min(s.sweep_ks) < 1:
         raise InvalidArgument("--train-prompts must be >= 0 and every K in the sweep >= 1")
 
@@ -102,7 +105,7 @@ def new_report(s: BenchSettings) -> dict:
                      "versions": _versions(), "machine": _machine(), "settings": settings,
                      "paper_latency_s": PAPER_LATENCY_S},
             "rows": [], "sweep": [], "projected": [], "peers": [], "cache": {"tables": [], "growth": {}, "eviction": []},
-            "plots": []}
+            "checks": {}, "plots": []}
 
 
 @dataclass
@@ -112,10 +115,11 @@ class _Stream:
     name: str
     prompts: list[str]
     draft_len: int
-    base: StreamRun
+    base: StreamRun | None = None
     runs: dict[str, StreamRun] = field(default_factory=dict)
     full_cache_entries: int = 0
     pp_cache: Path | None = None
+    pp_prompts: int = 0
 
 
 def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun, cache: str | None) -> dict:
@@ -170,7 +174,9 @@ class Bench:
         """The backend's pair, loaded (and exported, for ort/executorch) and warmed up on first use."""
         if backend not in self.engines:
             d, t = self.pair.paths(backend, self.s.max_seq_len, self.progress)
-            eng = Engine(backend, d, t)
+            eng = Engine(backend, d, t, self.s.threads)
+            if eng.executorch_threads is not None:
+                self.report["meta"]["threads"]["executorch"] = eng.executorch_threads
             eng.warm_up(self.warm_prompt)
             self.engines[backend] = eng
         return self.engines[backend]
@@ -198,94 +204,115 @@ class Bench:
         k_max = max(self.s.sweep_ks)
         return [p.prompt for p in prompts if eng.fits(p.prompt, self.s.max_new_tokens, k_max)][:count]
 
-    def method_rows(self, eng: Engine, name: str, test_prompts) -> _Stream:
-        s, be = self.s, self.s.backend
-        prompts = self._pick(eng, test_prompts, s.prompts)
-        train = load_stream(name, "train")
-        if len(prompts) < s.prompts:
-            print(f"bench: {name}: only {len(prompts)} test prompts fit max_seq_len {s.max_seq_len}", file=sys.stderr)
-        # Best fixed K: untrained drafter + cache, on train prompts so the test split stays unseen.
-        best_k, best_tps = s.sweep_ks[0], -1.0
+    def sweep(self, eng: Engine, name: str, train) -> int:
+        """Best fixed K (tokens/s) for the untrained drafter with a cache, on train prompts so the test
+        split stays unseen; the K runs are interleaved like every timed comparison."""
+        s = self.s
+        prompts = self._pick(eng, train, s.sweep_prompts)
+        jobs = [eng.job(f"K={k}", prompts, "ngram", k, s.max_new_tokens) for k in s.sweep_ks]
+        runs = interleave(jobs, len(prompts), f"{name}: K sweep", self.progress)
         for k in s.sweep_ks:
-            run, _ = eng.run(self._pick(eng, train, s.sweep_prompts), "ngram", k, s.max_new_tokens,
-                             f"{name}: sweep K={k}", progress=self.progress)
-            self._add("sweep", {"stream": name, "backend": be, "draft_len": k, "prompts": run.prompts,
+            run = runs[f"K={k}"]
+            self._add("sweep", {"stream": name, "backend": s.backend, "draft_len": k, "prompts": run.prompts,
                                 "tokens_per_s": round(run.tokens_per_s, 2),
                                 "acceptance_rate": round(run.stats.acceptance_rate, 4)})
-            if run.tokens_per_s > best_tps:
-                best_k, best_tps = k, run.tokens_per_s
-        base, _ = eng.run(prompts, "target-only", best_k, s.max_new_tokens, f"{name}: target-only", progress=self.progress)
-        st = _Stream(name, prompts, best_k, base)
-        self._add("rows", _row(name, "target-only", be, base, base, None))
+        return max(s.sweep_ks, key=lambda k: runs[f"K={k}"].tokens_per_s)
 
-        def measured(method: str, mode: str, cache_kind: str | None, cache=None, tracker=None, drafter=None,
-                     **extra):
-            run, dec = eng.run(prompts, mode, best_k, s.max_new_tokens, f"{name}: {method}", cache, tracker,
-                               self.progress, drafter)
-            row = _row(name, method, be, run, base, cache_kind)
-            row.update(extra)
-            self._add("rows", row)
-            self._add("projected", _projected(row))
-            st.runs[method] = run
-            return dec
-
-        measured("spd-dm", "dm", None)
-        online = eng.new_cache()
-        tracker = GrowthTracker(online)
-        measured("spd-dm+ngram", "ngram", "online on the test prompts, from empty", online, tracker)
-        st.full_cache_entries = len(online)
-        self.report["cache"]["growth"][f"{name}: online (test)"] = tracker.finish()
-        self.report["cache"]["tables"].append({"stream": name, "source": "online (test)", "prompts": len(prompts),
-                                               **growth_summary(tracker.points),
-                                               **measure_cache(online, eng.target.backend.vocab_size)})
+    def method_rows(self, eng: Engine, name: str, test_prompts) -> _Stream:
+        s, be, mnt = self.s, self.s.backend, self.s.max_new_tokens
+        prompts = self._pick(eng, test_prompts, s.prompts)
+        if len(prompts) < s.prompts:
+            print(f"bench: {name}: only {len(prompts)} test prompts fit max_seq_len {s.max_seq_len}", file=sys.stderr)
+        train = load_stream(name, "train")
+        k = self.sweep(eng, name, train)
+        st = _Stream(name, prompts, k)
+        # Untimed passes first (cache pre-collection, adaptation), then all rows timed in lockstep.
+        jobs = [eng.job("target-only", prompts, "target-only", k, mnt), eng.job("spd-dm", prompts, "dm", k, mnt)]
+        trackers = {"spd-dm+ngram": GrowthTracker(eng.new_cache())}
+        jobs.append(eng.job("spd-dm+ngram", prompts, "ngram", k, mnt, trackers["spd-dm+ngram"].cache,
+                            trackers["spd-dm+ngram"]))
+        kinds = {"spd-dm+ngram": "online on the test prompts, from empty"}
+        status, extra = {}, {}
         if s.train_prompts:
-            pp = eng.new_cache()
-            tracker = GrowthTracker(pp)
+            tracker = trackers["spd-dm+ngram_pp"] = GrowthTracker(eng.new_cache())
             pre = self._pick(eng, train, s.train_prompts)
-            eng.run(pre, "ngram", best_k, s.max_new_tokens, f"{name}: pre-collect cache (train)", pp, tracker,
-                    self.progress)
+            eng.run(pre, "ngram", k, mnt, f"{name}: pre-collect cache (train)", tracker.cache, tracker, self.progress)
             st.pp_cache = s.out / "state" / f"ngram_cache.{name}.train.json"
-            pp.save(st.pp_cache)
-            measured("spd-dm+ngram_pp", "ngram", f"pre-collected on {len(pre)} train prompts, then online", pp, tracker)
-            self.report["cache"]["growth"][f"{name}: train then test"] = tracker.finish()
-            self.report["cache"]["tables"].append({"stream": name, "source": "train then test",
-                                                   "prompts": len(pre) + len(prompts), **growth_summary(tracker.points),
-                                                   **measure_cache(pp, eng.target.backend.vocab_size)})
-        for method in ("l-dm", "hybrid", "hybrid+lora"):
-            reason = adapted.unavailable_reason() or (None if s.adapt_prompts else "not run: --adapt-prompts 0")
+            tracker.cache.save(st.pp_cache)
+            st.pp_prompts = len(pre)
+            jobs.append(eng.job("spd-dm+ngram_pp", prompts, "ngram", k, mnt, tracker.cache, tracker))
+            kinds["spd-dm+ngram_pp"] = f"pre-collected on {len(pre)} train prompts, then online"
+        else:
+            status["spd-dm+ngram_pp"] = "not run: --train-prompts 0"
+        for method in adapted.METHODS:
+            reason = adapted.unavailable_reason() or (None if s.adapt_prompts else (
+                "not run: --quick skips adaptation (add --adapt-prompts N)" if s.quick else "not run: --adapt-prompts 0"))
             if reason:
-                self._add("rows", _unavailable(name, method, be, reason))
+                status[method] = reason
                 continue
             try:
-                drafter, cache, summary = adapted.adapt(self, eng, name, method, train, best_k)
+                drafter, cache, summary = adapted.adapt(self, eng, name, method, train, k)
             except OmnidraftError as exc:  # an honest failure row instead of aborting the whole bench
-                self._add("rows", _unavailable(name, method, be, f"failed: {exc}"))
+                status[method] = f"failed: {exc}"
                 continue
-            measured(method, "ngram", "built during adaptation (train), then online", cache, drafter=drafter,
-                     adaptation=summary)
-        self._add("rows", _unavailable(name, "hybrid+adaptive", be,
-                                       "not available: adaptive drafting (issue #6) is not implemented"))
+            eng.warm_up(self.warm_prompt, drafter)
+            jobs.append(eng.job(method, prompts, "ngram", k, mnt, cache, drafter=drafter))
+            kinds[method] = "built during adaptation (train), then online"
+            extra[method] = {"adaptation": summary}
+        status["hybrid+adaptive"] = "not available: adaptive drafting (issue #6) is not implemented"
+        by_name = {j.name: j for j in jobs}
+        runs = interleave(jobs, len(prompts), f"{name}: {len(jobs)} rows in lockstep", self.progress)
+        st.base = runs["target-only"]
+        for method in METHODS:
+            if method not in runs:
+                self._add("rows", _unavailable(name, method, be, status.get(method, "not run")))
+                continue
+            row = _row(name, method, be, runs[method], st.base, kinds.get(method))
+            row.update(extra.get(method, {}))
+            self._add("rows", row)
+            if method != "target-only":
+                self._add("projected", _projected(row))
+            st.runs[method] = runs[method]
+        for method, source, n in (("spd-dm+ngram", "online (test)", len(prompts)),
+                                  ("spd-dm+ngram_pp", "train then test", st.pp_prompts + len(prompts))):
+            if method in runs:
+                tracker = trackers[method]
+                self.report["cache"]["growth"][f"{name}: {source}"] = tracker.finish()
+                self.report["cache"]["tables"].append({
+                    "stream": name, "source": source, "prompts": n, **growth_summary(tracker.points),
+                    **measure_cache(by_name[method].decoder.cache, eng.target.backend.vocab_size)})
+        st.full_cache_entries = len(by_name["spd-dm+ngram"].decoder.cache)
         return st
 
     def eviction(self, eng: Engine, st: _Stream) -> None:
-        """Paper Table 14: the online cache capped at 1/4 and 1/2 of its full size, LFU vs LRU."""
-        full = st.full_cache_entries
-        base = st.base.tokens_per_s
+        """Paper Table 14: the online cache capped at 1/4 and 1/2 of its full size, LFU vs LRU, timed in
+        lockstep with target-only, no cache and the uncapped cache (each fills from empty)."""
+        full, mnt, k = st.full_cache_entries, self.s.max_new_tokens, st.draft_len
+        out = self.report["cache"]["eviction"]
         if full < 4:  # a cap of 1/4 would be under one entry: nothing to compare
-            self.report["cache"]["eviction"].append({"stream": st.name, "full_entries": full,
-                                                     "status": f"skipped: the full cache has only {full} entries"})
+            out.append({"stream": st.name, "full_entries": full,
+                        "status": f"skipped: the full cache has only {full} entries"})
             return
-        for frac, label in ((0.25, "1/4"), (0.5, "1/2")):
-            cap = max(1, int(full * frac))
-            for policy in ("lfu", "lru"):
-                run, dec = eng.run(st.prompts, "ngram", st.draft_len, self.s.max_new_tokens,
-                                   f"{st.name}: cache {label} {policy}", eng.new_cache(cap, policy), progress=self.progress)
-                self.report["cache"]["eviction"].append({
-                    "stream": st.name, "size": label, "policy": policy, "capacity": cap, "full_entries": full,
-                    "final_entries": len(dec.cache), "acceptance_rate": round(run.stats.acceptance_rate, 4),
-                    "tokens_per_s": round(run.tokens_per_s, 2),
-                    "speedup": round(run.tokens_per_s / base, 4) if base else None,
-                    "ngram_hits_per_step": run.row()["ngram_hits_per_step"], "status": "ok"})
+        spec = [("none", None, 0, None), ("full", "lfu", None, None)]
+        spec += [(label, policy, max(1, int(full * frac)), frac) for frac, label in ((0.25, "1/4"), (0.5, "1/2"))
+                 for policy in ("lfu", "lru")]
+        jobs = [eng.job("target-only", st.prompts, "target-only", k, mnt)]
+        for label, policy, cap, _ in spec:
+            mode = "dm" if label == "none" else "ngram"
+            cache = eng.new_cache(cap, policy) if label != "none" else None
+            jobs.append(eng.job(f"{label} {policy}", st.prompts, mode, k, mnt, cache))
+        decs = {j.name: j.decoder for j in jobs}
+        runs = interleave(jobs, len(st.prompts), f"{st.name}: cache caps in lockstep", self.progress)
+        base = runs["target-only"].tokens_per_s
+        for label, policy, cap, _ in spec:
+            run = runs[f"{label} {policy}"]
+            out.append({"stream": st.name, "size": label, "policy": policy if label not in ("none", "full") else None,
+                        "capacity": cap, "full_entries": full,
+                        "final_entries": len(decs[f"{label} {policy}"].cache) if label != "none" else 0,
+                        "acceptance_rate": round(run.stats.acceptance_rate, 4),
+                        "tokens_per_s": round(run.tokens_per_s, 2),
+                        "speedup": round(run.tokens_per_s / base, 4) if base else None,
+                        "ngram_hits_per_step": run.row()["ngram_hits_per_step"], "status": "ok"})
 
     def peers(self, st: _Stream) -> None:
         from omnidraft.bench import peer_section
@@ -298,6 +325,7 @@ def run_bench(s: BenchSettings, progress: bool = True) -> dict:
     validate(s)
     pair = resolve_pair(s.pair)  # a bad pair fails here, before anything is written
     report = new_report(s)
+    report["meta"]["threads"] = set_threads(s.threads)
     bench = Bench(s, report, progress)
     bench.pair = pair
     try:
@@ -311,8 +339,10 @@ def run_bench(s: BenchSettings, progress: bool = True) -> dict:
 
 def finish(report: dict, out: Path) -> None:
     from omnidraft.bench import plots
+    from omnidraft.bench.claims import must_show, ordering
     from omnidraft.bench.report import markdown
 
+    report["checks"] = {"ordering": ordering(report), "must_show": must_show(report)}
     out.mkdir(parents=True, exist_ok=True)
     title = f"omnidraft bench ({report['meta']['settings']['backend']})"
     made = []

@@ -40,7 +40,7 @@ def measure_cache(cache: NgramCache, target_width: int) -> dict:
         path = Path(tmp) / "cache.json"
         cache.save(path)
         file_bytes = path.stat().st_size
-        memory = _traced_load(path, args, target_width) if len(cache) else 0
+        memory = _traced_load(path, args, target_width)
     empty = _traced_load(None, args, target_width)
     n = len(cache)
     lengths = [len(k) for k, *_ in cache.items()]

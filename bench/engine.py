@@ -1,17 +1,26 @@
-"""One backend's loaded drafter/target pair, and the decoding runs the bench makes with it."""
+"""One backend's loaded drafter/target pair, and interleaved timing of several decoders.
+
+The machine is shared and its load drifts, so runs that are compared with each other are timed in
+lockstep: for every prompt, every job decodes it once (the job order rotates from prompt to prompt).
+A drift then slows all of them alike instead of whichever row happened to run during it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
 
 from omnidraft.bench.bundled import cached_export, check_bundled
 from omnidraft.bench.demo import BACKENDS
-from omnidraft.bench.streams_eval import StreamRun, run_stream
+from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.loader import check_hf_folder, load_model
+from omnidraft.runtime.loader import LoadedModel, check_hf_folder, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import DecodeConfig, DecodeStats, SpeculativeDecoder
 
 
 @dataclass
@@ -43,13 +52,74 @@ def resolve_pair(spec: str) -> Pair:
     return Pair(Path(parts[0]), Path(parts[1]), spec)
 
 
+def _add(total: DecodeStats, s: DecodeStats) -> None:
+    for k, v in asdict(s).items():
+        setattr(total, k, getattr(total, k) + v)
+
+
+@dataclass
+class Job:
+    """One decoder configuration inside an interleaved group; ``step(i)`` decodes prompt i."""
+
+    name: str
+    step: Callable[[int], None]
+    result: object  # StreamRun (omnidraft) or PeerRun (Hugging Face)
+    decoder: SpeculativeDecoder | None = None
+
+
+def interleave(jobs: list[Job], n: int, desc: str, progress: bool = True) -> dict[str, object]:
+    """Run every job on prompts 0..n-1 in lockstep; a Ctrl-C propagates (the group is dropped)."""
+    bar = tqdm(range(n), desc=desc, file=sys.stderr, disable=not progress, leave=False, dynamic_ncols=True)
+    try:
+        for i in bar:
+            r = i % len(jobs)
+            for job in jobs[r:] + jobs[:r]:
+                job.step(i)
+    finally:
+        bar.close()
+    return {j.name: j.result for j in jobs}
+
+
+def set_threads(n: int | None) -> dict:
+    """Intra-op threads for torch (ONNX Runtime sessions and ExecuTorch's threadpool get theirs when
+    an engine of that backend loads). On a small shared machine spinning thread pools cost far more
+    than they bring (measured here under load: 32 target-only tokens 5.8 s with 2 torch threads, 1.5 s
+    with 1)."""
+    import torch
+
+    if n:
+        torch.set_num_threads(n)
+    return {"torch": torch.get_num_threads()}
+
+
+def _executorch_threads(n: int | None) -> int | None:
+    from executorch.extension.pybindings import portable_lib as pl
+
+    if n and hasattr(pl, "_unsafe_reset_threadpool"):
+        pl._unsafe_reset_threadpool(n)
+    return pl._threadpool_get_thread_count() if hasattr(pl, "_threadpool_get_thread_count") else None
+
+
+def load(path: Path, threads: int | None = None) -> LoadedModel:
+    """``load_model``, with ``threads`` intra-op threads for an ONNX Runtime session."""
+    model = load_model(path)
+    if threads and model.source == "onnx":
+        from omnidraft.runtime.backends.ort import OrtBackend
+        from omnidraft.runtime.manifest import load_manifest
+
+        model.backend = OrtBackend(model.path, load_manifest(model.path), threads=threads)
+    return model
+
+
 class Engine:
     """Drafter and target loaded once for one backend; every run gets its own decoder and cache."""
 
-    def __init__(self, backend: str, drafter_path: Path, target_path: Path) -> None:
+    def __init__(self, backend: str, drafter_path: Path, target_path: Path, threads: int | None = None) -> None:
         self.backend = backend
-        self.drafter = load_model(drafter_path)
-        self.target = load_model(target_path)
+        self.threads = threads
+        self.executorch_threads = _executorch_threads(threads) if backend == "executorch" else None
+        self.drafter = load(drafter_path, threads)
+        self.target = load(target_path, threads)
         self.paths = (drafter_path, target_path)
 
     @property
@@ -62,27 +132,38 @@ class Engine:
     def load_cache(self, path: Path) -> NgramCache:
         return NgramCache.load(path, *self.cache_args, self.target.backend.vocab_size)
 
-    def decoder(self, cache: NgramCache | None = None, drafter=None) -> SpeculativeDecoder:
-        # A fresh decoder per run: its draft mask is keyed on the cache it was built with.
+    def decoder(self, cache: NgramCache | None = None, drafter: LoadedModel | None = None) -> SpeculativeDecoder:
+        # A fresh decoder per job: its draft mask is keyed on the cache it was built with.
         return SpeculativeDecoder(self.target, drafter or self.drafter, cache if cache is not None else self.new_cache())
 
-    def warm_up(self, prompt: str) -> None:
-        """One short untimed decode per mode, so first-call costs (allocations, kernel selection) are
-        not charged to whichever row happens to run first."""
-        dec = self.decoder()
+    def warm_up(self, prompt: str, drafter: LoadedModel | None = None) -> None:
+        """One short untimed decode per mode (on a throwaway cache), so first-call costs (allocations,
+        kernel selection) are not charged to whichever job happens to run first."""
+        dec = self.decoder(drafter=drafter)
         for mode in ("target-only", "dm", "ngram"):
             dec.generate(prompt, DecodeConfig(max_new_tokens=4, draft_len=2, mode=mode))
 
-    def run(self, prompts: list[str], mode: str, draft_len: int, max_new_tokens: int, label: str,
-            cache: NgramCache | None = None, on_verified=None, progress: bool = True,
-            drafter=None) -> tuple[StreamRun, SpeculativeDecoder]:
-        """Decode ``prompts``; a Ctrl-C inside discards the partial run by re-raising."""
+    def job(self, name: str, prompts: list[str], mode: str, draft_len: int, max_new_tokens: int,
+            cache: NgramCache | None = None, on_verified=None, drafter: LoadedModel | None = None) -> Job:
         dec = self.decoder(cache, drafter)
         cfg = DecodeConfig(max_new_tokens=max_new_tokens, draft_len=draft_len, mode=mode)
-        run = run_stream(dec, prompts, cfg, label, progress, on_verified=on_verified)
-        if run.interrupted:
-            raise KeyboardInterrupt
-        return run, dec
+        run = StreamRun(name, mode, draft_len)
+
+        def step(i: int) -> None:
+            out = dec.generate(prompts[i], cfg, on_verified=on_verified)
+            _add(run.stats, out.stats)
+            run.prompts += 1
+            run.outputs.append(out.token_ids)
+            run.running_acceptance.append(run.stats.acceptance_rate)
+
+        return Job(name, step, run, dec)
+
+    def run(self, prompts: list[str], mode: str, draft_len: int, max_new_tokens: int, label: str,
+            cache: NgramCache | None = None, on_verified=None, progress: bool = True,
+            drafter: LoadedModel | None = None) -> StreamRun:
+        """A single job over ``prompts`` (a pass that fills a cache, not a timed comparison)."""
+        job = self.job(label, prompts, mode, draft_len, max_new_tokens, cache, on_verified, drafter)
+        return interleave([job], len(prompts), label, progress)[label]
 
     def fits(self, prompt: str, max_new_tokens: int, k_max: int) -> bool:
         """The prompt leaves room for the generation and the longest draft in both KV caches."""

@@ -4,12 +4,9 @@ eager PyTorch on the same HF folders and the same prompt token ids the omnidraft
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from tqdm import tqdm
 
 PROMPT_LOOKUP_TOKENS = 10  # the value HF's documentation uses for prompt_lookup_num_tokens
 
@@ -22,7 +19,6 @@ class PeerRun:
     new_tokens: int = 0
     seconds: float = 0.0
     outputs: list[list[int]] = field(default_factory=list)
-    interrupted: bool = False
 
     @property
     def tokens_per_s(self) -> float:
@@ -74,28 +70,25 @@ class HFPeers:
                                        **self._kwargs(name, config))
         return out[0, len(ids):].tolist()
 
-    def run(self, name: str, config: dict, prompt_ids: list[list[int]], max_new_tokens: int,
-            progress: bool = True) -> PeerRun:
-        """Greedy generation over every prompt after one untimed warm-up call; Ctrl-C keeps the prompts
-        finished so far (``interrupted`` is set)."""
+    def job(self, name: str, config: dict, prompt_ids: list[list[int]], max_new_tokens: int):
+        """An interleavable job (bench.engine.Job): greedy generation of prompt i, timed; one untimed
+        warm-up call happens here."""
+        from omnidraft.bench.engine import Job
+
         run = PeerRun(name, config)
         self._configure(name, config)
         self.generate(name, config, prompt_ids[0], min(8, max_new_tokens))
-        bar = tqdm(prompt_ids, desc=name, file=sys.stderr, disable=not progress, leave=False, dynamic_ncols=True)
-        try:
-            for ids in bar:
-                t0 = time.perf_counter()
-                out = self.generate(name, config, ids, max_new_tokens)
-                run.seconds += time.perf_counter() - t0
-                run.outputs.append(out)
-                run.new_tokens += len(out)
-                run.prompts += 1
-                bar.set_postfix(tok_s=f"{run.tokens_per_s:.0f}")
-        except KeyboardInterrupt:
-            run.interrupted = True
-        finally:
-            bar.close()
-        return run
+
+        def step(i: int) -> None:
+            self._configure(name, config)  # jobs with other settings may have run in between
+            t0 = time.perf_counter()
+            out = self.generate(name, config, prompt_ids[i], max_new_tokens)
+            run.seconds += time.perf_counter() - t0
+            run.outputs.append(out)
+            run.new_tokens += len(out)
+            run.prompts += 1
+
+        return Job(f"{name} {config.get('label', '')}".strip(), step, run)
 
 
 def uag_configs(draft_len: int, defaults: dict) -> list[dict]:

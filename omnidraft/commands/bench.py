@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default="bundled", help="'bundled' or DRAFTER,TARGET (two Hugging Face model folders)")
     p.add_argument("--streams", default="code,math,text", help="comma-separated: code, math, text")
     p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
-    p.add_argument("--quick", action="store_true", help="a smoke run of a few prompts (under 3 minutes)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts per stream, 24 tokens, peers hf + --backend, "
+                                                       "no adaptation or eviction runs (under 3 minutes once exports are cached)")
     p.add_argument("--prompts", type=int, help="held-out test prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--draft-lens", help="fixed draft lengths K to sweep (default 2,3,4,6)")
@@ -35,13 +36,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort/executorch exports")
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default 1: on a small shared CPU, "
+                        "spinning thread pools slow every engine down; 0 keeps each library's default)")
     p.add_argument("--out", type=Path, default=Path("reports/bench"), help="report folder (bench.json, bench.md, PNGs)")
 
 
 def run(args: argparse.Namespace) -> int:
     from omnidraft.bench.bench import BenchSettings, run_bench
 
-    common = dict(pair=args.pair, streams=_csv(args.streams), out=args.out, max_seq_len=args.max_seq_len)
+    common = dict(pair=args.pair, streams=_csv(args.streams), out=args.out, max_seq_len=args.max_seq_len,
+                  threads=args.threads or None)
     s = BenchSettings.quick_settings(args.backend, **common) if args.quick else BenchSettings(backend=args.backend, **common)
     for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts"):
         if getattr(args, name) is not None:

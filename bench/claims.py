@@ -1,0 +1,54 @@
+"""The issue's "must show" statements and the paper's qualitative ordering, checked against the
+measured report (each check cites the values it compared; a check without data says so)."""
+
+from __future__ import annotations
+
+ADAPTED_BEST = ("hybrid+adaptive", "hybrid+lora", "hybrid", "l-dm")
+
+
+def _ok(rows: list[dict], stream: str, method: str) -> dict | None:
+    return next((r for r in rows if r["stream"] == stream and r["method"] == method and r.get("status") == "ok"), None)
+
+
+def _check(claim: str, stream: str | None, holds: bool | None, **values) -> dict:
+    return {"claim": claim, "stream": stream, "holds": holds, "values": values}
+
+
+def ordering(report: dict) -> list[dict]:
+    rows, out = report["rows"], []
+    for stream in dict.fromkeys(r["stream"] for r in rows):
+        dm, ng = _ok(rows, stream, "spd-dm"), _ok(rows, stream, "spd-dm+ngram_pp") or _ok(rows, stream, "spd-dm+ngram")
+        if dm and ng:
+            out.append(_check("the cache helps the untrained drafter (acceptance)", stream,
+                              ng["acceptance_rate"] > dm["acceptance_rate"], **{
+                                  "spd-dm": dm["acceptance_rate"], ng["method"]: ng["acceptance_rate"]}))
+        chain = [(m, _ok(rows, stream, m)) for m in ("spd-dm", "l-dm", "hybrid")]
+        present = [(m, r) for m, r in chain if r]
+        if len(present) >= 2:
+            accs = [r["acceptance_rate"] for _, r in present]
+            out.append(_check("hybrid >= L_DM >= untrained (acceptance)", stream,
+                              all(a <= b for a, b in zip(accs, accs[1:])), **{m: r["acceptance_rate"] for m, r in present}))
+        else:
+            out.append(_check("hybrid >= L_DM >= untrained (acceptance)", stream, None,
+                              note="adapted rows not measured"))
+    return out
+
+
+def must_show(report: dict) -> list[dict]:
+    rows, peers, out = report["rows"], report["peers"], []
+    for stream in dict.fromkeys(r["stream"] for r in rows):
+        best = next((r for m in ADAPTED_BEST if (r := _ok(rows, stream, m))), None)
+        if stream in ("code", "math"):
+            out.append(_check("adapted wall-clock speedup >= 1.3x", stream,
+                              best["speedup"] >= 1.3 if best else None,
+                              **({"method": best["method"], "speedup": best["speedup"], "bound": best["bound"]}
+                                 if best else {"note": "no adapted row measured"})))
+        by = {p["name"]: p for p in peers if p["stream"] == stream}
+        ours, uag = by.get("omnidraft-ort"), by.get("hf-assisted-uag")
+        if ours and uag:
+            ratio = ours["tokens_per_s"] / uag["tokens_per_s"] if uag["tokens_per_s"] else None
+            out.append(_check("omnidraft-ort >= 1.5x HF assisted generation (UAG), identical greedy output", stream,
+                              bool(ratio and ratio >= 1.5 and ours["outputs_match_target_only"]),
+                              method=ours.get("method"), ratio=round(ratio, 3) if ratio else None,
+                              outputs_match_target_only=ours["outputs_match_target_only"]))
+    return out
