@@ -93,7 +93,7 @@ def _machine() -> dict:
 
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
     return {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
-            "cpu_count": os.cpu_count(), "memory_bytes": mem, "torch_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(), "memory_bytes": mem, "torch_default_threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
 

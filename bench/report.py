@@ -120,8 +120,9 @@ def markdown(report: dict) -> str:
     lines = [f"# omnidraft bench: {s['backend']} backend, pair {pair.get('name', s['pair'])}", ""]
     if report["interrupted"]:
         lines += ["**Interrupted**: only the sections finished before Ctrl-C are below.", ""]
-    lines += [f"{m['date']} · {m['machine']['cpu_count']} CPUs ({m['machine']['machine']}), torch threads "
-              f"{m['machine']['torch_threads']} · omnidraft {v.get('omnidraft')}, torch {v.get('torch')}, "
+    threads = m.get("threads", {})
+    lines += [f"{m['date']} · {m['machine']['cpu_count']} CPUs ({m['machine']['machine']}), intra-op threads "
+              f"{s.get('threads') or 'library default'} (torch {threads.get('torch')}) · omnidraft {v.get('omnidraft')}, torch {v.get('torch')}, "
               f"transformers {v.get('transformers')}, onnxruntime {v.get('onnxruntime')}, executorch {v.get('executorch')}",
               f"Settings: {s['prompts']} held-out test prompts per stream, {s['max_new_tokens']} new tokens, greedy; "
               f"K from {s['sweep_ks']} on {s['sweep_prompts']} train prompt(s); {'quick run' if s['quick'] else 'full run'}.",
