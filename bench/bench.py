@@ -252,8 +252,8 @@ class Bench:
                 continue
             try:
                 drafter, cache, summary = adapted.adapt(self, eng, name, method, train, k)
-            except OmnidraftError as exc:  # an honest failure row instead of aborting the whole bench
-                status[method] = f"failed: {exc}"
+            except Exception as exc:  # noqa: BLE001 -- one failed pass becomes a failure row, not a lost bench
+                status[method] = f"failed: {exc if isinstance(exc, OmnidraftError) else repr(exc)}".splitlines()[0]
                 continue
             eng.warm_up(self.warm_prompt, drafter)
             jobs.append(eng.job(method, prompts, "ngram", k, mnt, cache, drafter=drafter))

@@ -45,7 +45,7 @@ def must_show(report: dict) -> list[dict]:
                                  if best else {"note": "no adapted row measured"})))
         by = {p["name"]: p for p in peers if p["stream"] == stream}
         ours, uag = by.get("omnidraft-ort"), by.get("hf-assisted-uag")
-        if ours and uag:
+        if ours and uag and ours.get("status", "ok") == "ok":
             ratio = ours["tokens_per_s"] / uag["tokens_per_s"] if uag["tokens_per_s"] else None
             out.append(_check("omnidraft-ort >= 1.5x HF assisted generation (UAG), identical greedy output", stream,
                               bool(ratio and ratio >= 1.5 and ours["outputs_match_target_only"]),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from omnidraft.bench.engine import interleave
 from omnidraft.bench.peers import PROMPT_LOOKUP_TOKENS, HFPeers, uag_configs
+from omnidraft.errors import OmnidraftError
 
 if TYPE_CHECKING:
     from omnidraft.bench.bench import Bench, _Stream
@@ -48,16 +49,22 @@ def _peer(stream: str, name: str, run, hf_base, reference, reference_name: str |
     return {"stream": stream, "name": name, "tokens_per_s": round(tps, 2), "prompts": run.prompts,
             "speedup_vs_hf_target_only": round(tps / hf_base.tokens_per_s, 4) if hf_base and hf_base.tokens_per_s else None,
             "outputs_match_target_only": run.outputs == reference if reference is not None else None,
-            "compared_with": reference_name if reference is not None else None, **extra}
+            "compared_with": reference_name if reference is not None else None, "status": "ok", **extra}
 
 
 def run_peers(bench: "Bench", st: "_Stream") -> None:
     s = bench.s
     method = best_method(bench, st)
-    jobs = []
-    own = [b for b in OWN_BACKENDS if b in s.peers and method is not None]
-    for backend in own:
-        jobs += _own_jobs(bench, st, backend, method)
+    jobs, own, failed = [], [], []
+    for backend in (b for b in OWN_BACKENDS if b in s.peers and method is not None):
+        try:
+            jobs += _own_jobs(bench, st, backend, method)
+            own.append(backend)
+        except Exception as exc:  # noqa: BLE001 -- e.g. an export failing its parity gate: say so, keep going
+            msg = str(exc) if isinstance(exc, OmnidraftError) else repr(exc)
+            failed.append({"stream": st.name, "name": f"omnidraft-{backend}", "status": f"failed: {msg}".splitlines()[0],
+                           "tokens_per_s": None, "speedup_vs_hf_target_only": None,
+                           "outputs_match_target_only": None, "method": method})
     uag = []
     if "hf" in s.peers:
         tgt = bench.engine(s.backend).target
@@ -70,6 +77,7 @@ def run_peers(bench: "Bench", st: "_Stream") -> None:
             uag.append(jobs[-1].name)
         jobs.append(bench.hf.job("hf-prompt-lookup", {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}, ids,
                                  s.max_new_tokens))
+    bench.report["peers"].extend(failed)
     if not jobs:
         return
     runs = interleave(jobs, len(st.prompts), f"{st.name}: {len(jobs)} peers in lockstep", bench.progress)

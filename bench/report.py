@@ -62,12 +62,14 @@ def _peers(report: dict) -> str:
              "k": _f(p.get("draft_len"), "{}"), "tok_s": _f(p["tokens_per_s"], "{:.1f}"),
              "hf": _x(p["speedup_vs_hf_target_only"]), "own": _x(p.get("speedup_vs_own_target_only")),
              "same": _f(p["outputs_match_target_only"]), "vs": p.get("compared_with") or "–",
-             "config": ", ".join(f"{k}={v}" for k, v in (p.get("config") or {}).items() if k != "label") or "–"}
+             "config": ", ".join(f"{k}={v}" for k, v in (p.get("config") or {}).items() if k != "label") or "–",
+             "status": p.get("status", "ok")}
             for p in report["peers"]]
     return markdown_table(rows, [
         ("stream", "stream"), ("name", "peer"), ("method", "omnidraft method"), ("k", "K"), ("tok_s", "tok/s"),
         ("hf", "speedup vs HF target-only"), ("own", "speedup vs own target-only"),
-        ("same", "same output as target-only"), ("vs", "compared with"), ("config", "HF settings")])
+        ("same", "same output as target-only"), ("vs", "compared with"), ("config", "HF settings"),
+        ("status", "status")])
 
 
 def _cache(report: dict) -> str:

@@ -45,8 +45,24 @@ def _argv(pair, out, *extra):
 
 @pytest.fixture(scope="module")
 def report(pair, tmp_path_factory):
+    """One bench run. The adaptation bridge is stubbed (the real pass is tested in tests/test_adapt*):
+    l-dm and hybrid get the untrained drafter back, hybrid+lora's pass raises, to exercise the
+    plumbing of adapted rows and of failure rows."""
+    from omnidraft.bench import adapted
+
+    def fake_adapt(bench, eng, stream, method, train, k):
+        if method == "hybrid+lora":
+            raise RuntimeError("boom")
+        return eng.drafter, eng.new_cache(), {"train_prompts": 0, "stub": True}
+
     out = tmp_path_factory.mktemp("bench-out")
-    code = main(_argv(pair, out, "--peers", "hf,torch"))
+    argv = _argv(pair, out, "--peers", "hf,torch")
+    argv[argv.index("--adapt-prompts") + 1] = "1"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(adapted, "unavailable_reason", lambda: None)
+        mp.setattr(adapted, "replayable", lambda method: False)
+        mp.setattr(adapted, "adapt", fake_adapt)
+        code = main(argv)
     assert code == 0
     return out, json.loads((out / "bench.json").read_text())
 
@@ -63,7 +79,12 @@ def test_schema_and_files(report):
         if r["status"] == "ok":
             assert all(f in r for f in ROW_FIELDS), set(ROW_FIELDS) - set(r)
         else:
-            assert r["status"].startswith(("not available: ", "not run: ")), r["status"]
+            assert r["status"].startswith(("not available: ", "not run: ", "failed: ")), r["status"]
+    status = {r["method"]: r["status"] for r in doc["rows"]}
+    assert status["l-dm"] == status["hybrid"] == "ok"
+    assert status["hybrid+lora"] == "failed: RuntimeError('boom')"
+    assert status["hybrid+adaptive"].startswith("not available: ")
+    assert [r["adaptation"] for r in doc["rows"] if r["method"] == "hybrid"] == [{"train_prompts": 0, "stub": True}]
     assert {r["method"] for r in doc["rows"] if r["status"] == "ok"} >= {"target-only", "spd-dm", "spd-dm+ngram",
                                                                          "spd-dm+ngram_pp"}
     names = [p["name"] for p in doc["peers"]]
