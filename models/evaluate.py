@@ -107,6 +107,16 @@ def greedy_sample(model, codec, prompt: str, new_tokens: int) -> str:
     return codec.decode(out[0, len(ids):].tolist())
 
 
+def print_samples(samples: dict) -> None:
+    """Samples as JSON string literals: under-trained models emit runs of spaces and newlines, which
+    a markdown code block would hide."""
+    for s, items in samples.items():
+        for it in items:
+            print(f"\n**{s}**, prompt ending `{json.dumps(it['prompt'][-80:])}`\n")
+            for k in ("drafter", "target"):
+                print(f"- {k}: `{json.dumps(it[k])}`")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafter", type=Path, default=BUNDLED / "drafter")
@@ -116,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, help="write all numbers here")
+    ap.add_argument("--latency-only", action="store_true",
+                    help="only time decode steps: --rounds alternating rounds of 100 steps, median reported")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from omnidraft.errors import OmnidraftError
@@ -125,6 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     except OmnidraftError as exc:
         print(f"evaluate: error: {exc}", file=sys.stderr)
         return 1
+    if args.latency_only:
+        times = {k: [] for k in pair}
+        for _ in range(args.rounds):  # alternate so both see the same background load
+            for k, (m, _c) in pair.items():
+                times[k].append(decode_latency_ms(m, steps=100))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"decode step, torch eager fp32, {args.threads} thread(s), context 128, median of {args.rounds} rounds x 100 steps: "
+              f"drafter {med['drafter']:.2f} ms, target {med['target']:.2f} ms, ratio {med['target'] / med['drafter']:.1f}x")
+        return 0
     results = {"streams": {s: evaluate_stream(pair, s, args.n) for s in STREAMS}}
     results["latency_ms"] = {k: decode_latency_ms(m) for k, (m, _) in pair.items()}
     results["params"] = {k: sum(p.numel() for p in m.parameters()) for k, (m, _) in pair.items()}
@@ -144,11 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("drafter", "target"):
         print(f"| {k} | {results['params'][k] / 1e6:.2f} M | {lat[k]:.2f} |")
     print(f"| ratio target/drafter | | {lat['target'] / lat['drafter']:.1f}x |")
-    for s, items in results["samples"].items():
-        for it in items:
-            print(f"\n**{s}** prompt:\n```\n{it['prompt']}\n```")
-            for k in ("drafter", "target"):
-                print(f"{k} (greedy):\n```\n{it[k]}\n```")
+    print_samples(results["samples"])
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=lambda b: b.decode("utf-8", "replace")))
     return 0
