@@ -82,3 +82,13 @@ def test_bad_stream_files(tmp_path, content, match):
 def test_missing_stream_file(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         streams.load_stream_file(tmp_path / "nope.jsonl")
+
+
+def test_cli_lists_and_rejects(capsys):
+    from omnidraft.cli import main
+
+    assert main(["streams", "--stream", "math", "--split", "test"]) == 0
+    assert "| math | test | 100 |" in capsys.readouterr().out
+    assert main(["streams", "--stream", "poems"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown stream 'poems'" in err and "code, math, text" in err and "Traceback" not in err
