@@ -11,6 +11,8 @@ from omnidraft.models.gguf_tokenizers import cache_dir
 
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 ROLES = ("drafter", "target")
+# Bump when the exporters change what they produce for the same inputs, so cached exports are rebuilt.
+EXPORT_REVISION = 2
 
 
 def _rebuild_hint(role: str, name: str) -> str:
@@ -52,7 +54,7 @@ def _folder_digest(folder: Path) -> str:
 
 def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True) -> Path:
     """Export ``folder`` once per (weights, format, quant, length); later calls reuse the valid export."""
-    out = cache_dir() / "exports" / _folder_digest(folder) / f"{fmt}-{quant}-{max_seq_len}"
+    out = cache_dir() / "exports" / _folder_digest(folder) / f"{fmt}-{quant}-{max_seq_len}-r{EXPORT_REVISION}"
     if (out / "manifest.json").is_file():
         from omnidraft.runtime.manifest import load_manifest
 
