@@ -18,6 +18,7 @@ from transformers import GenerationConfig
 from omnidraft.errors import ExportError, InvalidArgument
 
 from .hf_model import ModelInfo
+from .parity import Built
 from .recipes import GROUP_SIZE
 
 INPUTS = ["input_ids", "cache_position"]
@@ -51,7 +52,7 @@ def export_pte(model: torch.nn.Module, max_seq_len: int, path: Path) -> None:
 
 
 def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedding_quant: str, et_path: str,
-                     max_seq_len: int, artifact: Path, sched, threshold: float, on_gate) -> "parity.Built":
+                     max_seq_len: int, artifact: Path, sched, threshold: float, on_gate) -> Built:
     """Quantize, lower (LLM path where the model fits it, else the static-cache path) and gate.
 
     fp32 artifacts are held to fp32 HF eager; quantized ones to the same quantized module run in

@@ -22,6 +22,7 @@ from transformers import DynamicCache
 from omnidraft.errors import ExportError
 
 from .hf_model import ModelInfo
+from .parity import Built
 
 OPSET = 20  # highest the TorchScript exporter emits
 EXPORTER = "torch.onnx (TorchScript, opset 20)"
@@ -78,7 +79,7 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path) -> tuple[li
 
 
 def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len: int, artifact: Path, sched,
-               threshold: float, on_gate) -> "parity.Built":
+               threshold: float, on_gate) -> Built:
     """Export (+ quantize) and gate. The fp32 graph is always gated first: quantization starts from it."""
     from dataclasses import replace
 

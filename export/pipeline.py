@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from omnidraft.errors import ExportError, InvalidArgument
+from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.manifest import MANIFEST_FILE, Manifest, sha256_file, write_manifest
 
 from . import recipes
@@ -32,7 +32,7 @@ class ExportResult:
     def summary(self) -> str:
         m, p = self.manifest, self.manifest.parity
         size = m.artifact_bytes / 2**20
-        if m.quant == "fp32":
+        if p["reference"] == "fp32-eager":
             fig = f"max |Δlogit| {p['max_abs_diff']:.2g} vs eager"
         else:
             fig = f"top-1 {p['top1_agreement']:.1%} vs {p['reference']} (max |Δ| {p['max_abs_diff']:.2g})"
