@@ -3,7 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || { echo "setup failed" >&2; exit 1; }
-.venv/bin/python -m pytest -q -p no:cacheprovider tests
+.venv/bin/python -m pytest -p no:cacheprovider tests  # -q comes from pyproject; -qq would hide the summary line
 py=$?
 bash android_demo/ci/test_core.sh
 java=$?
