@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", type=int, default=64, help="tokens in the cache when timing (default 64)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per figure; medians reported")
     parser.add_argument("--et-path", default="auto", help="executorch lowering path: auto, llm or static")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads per engine (default 1: spinning pools cost more than they bring "
+                             "on a small shared CPU); 0 = each library's default")
     parser.add_argument("--reuse", action="store_true", help="skip exports already present in --out")
 
 
@@ -27,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from omnidraft.export.bench import run_bench
 
     result = run_bench(args.model, args.out, args.formats, args.quants, args.max_seq_len,
-                       args.context, args.repeats, args.reuse, args.et_path)
+                       args.context, args.repeats, args.reuse, args.et_path, args.threads or None)
     from omnidraft.export.bench import markdown
 
     print(markdown(result), end="")
