@@ -57,10 +57,12 @@ class Record:
         return sum(a.nbytes for a in (self.ids, self.dm_rows, self.dm_idx, self.dm_logp, self.dm_tail, self.ng_rows))
 
 
-def compact_target(logits: np.ndarray, vocab: VocabMap, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray, float, float]:
+def compact_target(logits: np.ndarray, vocab: VocabMap, k: int = TOP_K,
+                   temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Target logits row -> (top-k intersection indices, their log p (renormalised over the
-    intersection), tail log p per remaining id, top-k mass)."""
-    z = logits.astype(np.float64)
+    intersection), tail log p per remaining id, top-k mass). ``temperature`` < 1 sharpens p towards
+    the distribution that greedy/low-temperature verification actually accepts from."""
+    z = logits.astype(np.float64) / temperature
     z = z - z.max()
     p = np.exp(z)
     p_i = p[vocab.target_ids]
@@ -79,8 +81,9 @@ class Collector:
     """Builds one Record per generation; pass ``on_verified`` to ``SpeculativeDecoder.generate``."""
 
     def __init__(self, drafter_codec: TokenCodec, target_codec: TokenCodec, vocab: VocabMap,
-                 lookbehind: int = 8, k: int = TOP_K) -> None:
+                 lookbehind: int = 8, k: int = TOP_K, temperature: float = 1.0) -> None:
         self.dc, self.tc, self.vocab, self.lookbehind = drafter_codec, target_codec, vocab, lookbehind
+        self.temperature = temperature
         self.k = min(k, vocab.size)
         self.idx_dtype = np.uint16 if vocab.size <= 65535 else np.int32
 
@@ -97,7 +100,7 @@ class Collector:
         for t, b, row in zip(tokens, spelled, logits):
             self.spans.append((t, self.pos, self.pos + len(b)))
             self.pos += len(b)
-            self.rows.append(compact_target(row, self.vocab, self.k))
+            self.rows.append(compact_target(row, self.vocab, self.k, self.temperature))
         self.dctx.append(b"".join(spelled))
 
     def finish(self, accepted: int = 0, proposed: int = 0) -> Record:

@@ -86,10 +86,14 @@ class Trainer:
 
     # -- gradients ---------------------------------------------------------------------------
     def batch(self, records: list[Record]) -> Batch:
-        fixed = self.engine == "executorch"
-        return make_batch(records, self.loss, self.k, self.batch_size if fixed else None,
-                          self.seq_len if fixed else min(self.seq_len, max(len(r.ids) for r in records)),
-                          self.pad_id)
+        need = min(self.seq_len, max(len(r.ids) for r in records))
+        if self.engine != "executorch":
+            return make_batch(records, self.loss, self.k, None, need, self.pad_id)
+        # The program has one fixed shape: sized to the first batch (rounded up to 32 tokens), and
+        # re-exported larger only when a later batch needs more (at most up to seq_len).
+        have = self._et.shape[1] if self._et is not None else 0
+        length = have if need <= have else min(self.seq_len, -(-need // 32) * 32)
+        return make_batch(records, self.loss, self.k, self.batch_size, length, self.pad_id)
 
     def eager_grads(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         for p in self.params.values():
@@ -102,10 +106,12 @@ class Trainer:
         return loss.detach(), grads
 
     def et_grads(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if self._et is None:
+        if self._et is None or self._et.shape != tuple(batch.ids.shape):
             from .etprogram import ExecuTorchStep
 
             self._et = ExecuTorchStep(self.module, batch)
+            self.events.append({"event": "training-program", "shape": list(batch.ids.shape),
+                                "bytes": len(self._et.program)})
         return self._et(batch)
 
     def grads(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

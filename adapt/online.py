@@ -48,6 +48,7 @@ class AdaptConfig:
     export_formats: tuple[str, ...] = ()
     export_max_seq_len: int = 512
     top_k: int = TOP_K
+    distill_temperature: float = 1.0  # temperature of the target distribution p in the KL term
     seed: int = 0
 
     def validate(self) -> None:
@@ -60,6 +61,8 @@ class AdaptConfig:
                 raise InvalidArgument(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if self.lr is not None and not self.lr > 0:
             raise InvalidArgument(f"--lr must be > 0 (got {self.lr})")
+        if not self.distill_temperature > 0:
+            raise InvalidArgument(f"--distill-temperature must be > 0 (got {self.distill_temperature})")
         if self.guard_margin < 0:
             raise InvalidArgument(f"--guard-margin must be >= 0 (got {self.guard_margin})")
 
@@ -107,7 +110,7 @@ class OnlineAdapter:
         self.trainer = Trainer(self.model, vocab.drafter_ids, cfg.mode, cfg.loss, cfg.engine, cfg.lr,
                                cfg.every, cfg.seq_len, min(cfg.top_k, vocab.size), pad)
         self.collector = Collector(self.decoder.drafter.codec, self.decoder.target.codec, vocab,
-                                   k=cfg.top_k)
+                                   k=cfg.top_k, temperature=cfg.distill_temperature)
         self.dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, draft_len=cfg.draft_len,
                                  mode="ngram", seed=cfg.seed)
         self.initial = self.trainer.snapshot()

@@ -69,8 +69,9 @@ def markdown(report: dict) -> str:
     ev = report.get("eval") or {}
     cfg = report["config"]
     lines = [f"# omnidraft adapt: {report['stream']} ({cfg['mode']}, loss {cfg['loss']}, engine {report['engine']})", ""]
-    lines += ["| split | drafter | n-gram cache | prompts | acceptance | tokens/step | n-gram hits |",
-              "|---|---|---|---:|---:|---:|---:|"]
+    if ev.get("before") or ev.get("after"):
+        lines += ["| split | drafter | n-gram cache | prompts | acceptance | tokens/step | n-gram hits |",
+                  "|---|---|---|---:|---:|---:|---:|"]
     names = {"before": ("base", "fresh"), "cache_only": ("base", "after stream"), "after": ("adapted", "after stream")}
     for key, (drf, cache) in names.items():
         m = ev.get(key)

@@ -22,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per drafter update (= batch size)")
     p.add_argument("--steps-per-update", type=int, default=1)
     p.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-4 LoRA, 2e-5 full FT)")
+    p.add_argument("--distill-temperature", type=float, default=1.0,
+                   help="temperature of the target distribution in the reverse KL (1 = the model's own)")
     p.add_argument("--engine", default="executorch", help="LoRA gradients from executorch (training runtime) | eager")
     p.add_argument("--seq-len", type=int, default=256, help="drafter tokens per training row (program shape)")
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                       steps_per_update=args.steps_per_update, lr=args.lr, engine=args.engine, seq_len=args.seq_len,
                       max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, guard_window=args.guard_window,
                       guard_margin=args.guard_margin, publish_every=args.publish_every, export_formats=formats,
-                      seed=args.seed)
+                      distill_temperature=args.distill_temperature, seed=args.seed)
     split = None if args.eval_split in ("none", "") else args.eval_split
     result = adapt_stream(args.drafter, args.target, args.stream, args.out, cfg, args.state, args.train_limit,
                           split, args.eval_limit)
