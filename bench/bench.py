@@ -19,8 +19,8 @@ from omnidraft.bench import adapted
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
 from omnidraft.bench.demo import BACKENDS, write_json_atomic
 from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
-from omnidraft.bench.metrics import (PAPER_LATENCY_S, PROJECTION_TARGETS, paper_reference, projected_speedup,
-                                     speedup_bound)
+from omnidraft.bench.metrics import (PAPER_LATENCY_S, PROJECTION_TARGETS, ideal_speedup, paper_reference,
+                                     projected_speedup, speedup_bound)
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument, OmnidraftError
 from omnidraft.models.streams import STREAMS, load_stream
@@ -133,14 +133,18 @@ def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun
              speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None)
     if method == "target-only":
         r.update(draft_len=None, acceptance_rate=None, ngram_hits_per_step=None, cost_ratio=None, running_acceptance=[],
-                 drafter_ms_per_call=None, bound=1.0, bound_ratio=r["speedup"])
+                 drafter_ms_per_call=None, bound=1.0, bound_ratio=r["speedup"], ideal=1.0, ideal_ratio=r["speedup"])
         return r
     drafter_call = st.drafter_seconds / st.drafter_calls if st.drafter_calls else 0.0
     c = drafter_call / target_step if target_step else 0.0
     bound = speedup_bound(st.acceptance_rate, run.draft_len, c)
+    calls = st.drafter_calls / st.steps if st.steps else 0.0
+    ideal = ideal_speedup(st.tokens_per_step, calls, c)
     r.update(drafter_ms_per_call=round(1e3 * drafter_call, 4), cost_ratio=round(c, 4),
-             drafter_calls_per_step=round(st.drafter_calls / st.steps, 4) if st.steps else None,
-             bound=round(bound, 4), bound_ratio=round(r["speedup"] / bound, 4) if r["speedup"] and bound else None)
+             drafter_calls_per_step=round(calls, 4), verify_ms_per_step=round(1e3 * st.target_seconds / st.steps, 4)
+             if st.steps else None,
+             bound=round(bound, 4), bound_ratio=round(r["speedup"] / bound, 4) if r["speedup"] and bound else None,
+             ideal=round(ideal, 4), ideal_ratio=round(r["speedup"] / ideal, 4) if r["speedup"] and ideal else None)
     return r
 
 

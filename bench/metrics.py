@@ -44,6 +44,12 @@ def speedup_bound(alpha: float, k: int, c: float) -> float:
     return expected_tokens / (1.0 + c * k)
 
 
+def ideal_speedup(tokens_per_step: float, drafter_calls_per_step: float, c: float) -> float:
+    """Speedup the measured tokens per target call would give if a verification call cost one decode
+    step and the loop itself cost nothing: what acceptance allows, before implementation overheads."""
+    return tokens_per_step / (1.0 + c * drafter_calls_per_step)
+
+
 def projected_speedup(tokens_per_step: float, drafter_calls_per_step: float, target_latency_s: float,
                       drafter_latency_s: float = PAPER_LATENCY_S["Llama-68M"]) -> float:
     """Paper (Medusa) convention: acceleration rate / overhead, where the overhead is the per-step

@@ -18,7 +18,7 @@ from tiny_models import make_tiny_model
 from omnidraft.bench import engine as engine_mod
 from omnidraft.bench.bench import METHODS
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
-from omnidraft.bench.metrics import projected_speedup, speedup_bound
+from omnidraft.bench.metrics import ideal_speedup, projected_speedup, speedup_bound
 from omnidraft.cli import main
 from omnidraft.runtime.ngram_cache import NgramCache
 
@@ -129,6 +129,8 @@ def test_derived_figures_are_consistent(report):
         assert r["draft_len"] == k
         assert r["bound"] == pytest.approx(speedup_bound(r["acceptance_rate"], k, r["cost_ratio"]), rel=1e-3, abs=1e-3)
         assert r["bound_ratio"] == pytest.approx(r["speedup"] / r["bound"], rel=0.01, abs=0.002)
+        assert r["ideal"] == pytest.approx(ideal_speedup(r["tokens_per_step"], r["drafter_calls_per_step"],
+                                                         r["cost_ratio"]), rel=1e-3, abs=1e-3)
     proj = {p["method"]: p for p in doc["projected"]}
     assert set(proj) == set(rows) - {"target-only"}
     p = proj["spd-dm"]
@@ -225,6 +227,7 @@ def test_bound_formula():
     with pytest.raises(ValueError):
         speedup_bound(1.5, 2, 0.1)
     assert projected_speedup(2.0, 3, 0.02846) == pytest.approx(2.0 / (1 + 3 * 0.00203 / 0.02846))
+    assert ideal_speedup(3.0, 4, 0.25) == pytest.approx(1.5)
     assert not math.isnan(projected_speedup(1.0, 0, 0.02667))
 
 
