@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from omnidraft.atomic import save_figure, write_bytes
 
 
 def running_mean(values: list[float], window: int) -> np.ndarray:
@@ -24,15 +24,6 @@ def cumulative_acceptance(accepted: list[int], proposed: list[int]) -> np.ndarra
     return np.divide(a, p, out=np.zeros_like(a), where=p > 0)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def plot(path: Path, accepted: list[int], proposed: list[int], every: int, title: str,
@@ -59,10 +50,8 @@ def plot(path: Path, accepted: list[int], proposed: list[int], every: int, title
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
+    save_figure(fig, path)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def markdown(report: dict) -> str:
@@ -103,6 +92,6 @@ def write(out: Path, report: dict, accepted: list[int], proposed: list[int], eve
          (ev.get("after") or {}).get("acceptance"))
     paths = {"json": str(out / "report.json"), "markdown": str(out / "report.md"), "png": str(png)}
     report = {**report, "files": paths}
-    _atomic_write(out / "report.json", json.dumps(report, indent=1).encode())
-    _atomic_write(out / "report.md", markdown(report).encode())
+    write_bytes(out / "report.json", json.dumps(report, indent=1).encode())
+    write_bytes(out / "report.md", markdown(report).encode())
     return paths

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from omnidraft.bench import adapted
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
-from omnidraft.bench.demo import BACKENDS, write_json_atomic
+from omnidraft.atomic import write_json, write_text
+from omnidraft.bench.demo import BACKENDS
 from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
 from omnidraft.bench.metrics import (PAPER_LATENCY_S, PROJECTION_TARGETS, ideal_speedup, paper_reference,
                                      projected_speedup, speedup_bound)
@@ -360,8 +361,6 @@ def finish(report: dict, out: Path) -> None:
         if fn(arg, out / fname, title):
             made.append(fname)
     report["plots"] = made
-    write_json_atomic(out / "bench.json", report)
+    write_json(out / "bench.json", report)
     md = markdown(report)
-    tmp = out / ".bench.md.tmp"
-    tmp.write_text(md)
-    os.replace(tmp, out / "bench.md")
+    write_text(out / "bench.md", md)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from omnidraft.atomic import save_figure, write_json
 from omnidraft.bench.bundled import cached_export, check_bundled
 from omnidraft.bench.streams_eval import StreamRun, run_stream
 from omnidraft.errors import InvalidArgument
@@ -44,12 +42,6 @@ def open_models(backend: str, max_seq_len: int, progress: bool = True) -> tuple[
     return tuple(cached_export(folders[r], fmt, quant, max_seq_len, progress) for r in ("drafter", "target"))
 
 
-def write_json_atomic(path: Path, obj: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
 
 
 def plot_acceptance(runs: dict[str, StreamRun], path: Path, title: str) -> None:
@@ -67,10 +59,8 @@ def plot_acceptance(runs: dict[str, StreamRun], path: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def markdown_table(rows: list[dict], cols: list[tuple[str, str]]) -> str:
@@ -109,7 +99,7 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             break
     report = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()},
               "drafter": str(drafter_path), "target": str(target_path), "rows": rows}
-    write_json_atomic(s.out / "report.json", report)
+    write_json(s.out / "report.json", report)
     plot_acceptance(curves, s.out / "acceptance.png", f"omnidraft demo ({s.backend}): acceptance over the stream")
     return report
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from omnidraft.atomic import save_figure
 
 
 def _plt():
@@ -16,10 +17,8 @@ def _plt():
 
 
 def _save(fig, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.png")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def _grouped_bars(ax, groups: list[str], series: list[str], value) -> list:

@@ -6,10 +6,10 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from omnidraft.atomic import write_text
 from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.manifest import is_export_dir, load_manifest
 
@@ -122,8 +122,8 @@ def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=N
     result = {"model": str(Path(model_dir).resolve()), "context": context, "repeats": repeats,
               "max_seq_len": max_seq_len, "cpus": os.cpu_count(), "threads": threads or "library default",
               "rows": rows}
-    _write(out / "bench_export.json", json.dumps(result, indent=2) + "\n")
-    _write(out / "bench_export.md", markdown(result))
+    write_text(out / "bench_export.json", json.dumps(result, indent=2) + "\n")
+    write_text(out / "bench_export.md", markdown(result))
     return result
 
 
@@ -143,10 +143,3 @@ def markdown(result: dict) -> str:
             f"cache {result['max_seq_len']}, {result['cpus']} CPUs, intra-op threads: {result['threads']}.\n\n" + head + "\n".join(lines) + "\n")
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)

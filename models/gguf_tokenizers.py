@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from omnidraft.atomic import write_text
 from omnidraft.errors import TokenizerError
 
 SDIST_VERSION = "0.3.36"
@@ -210,16 +211,6 @@ def _build(meta: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     return tok, info
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary shareable files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def tokenizer_dir(name: str) -> Path:
@@ -240,8 +231,8 @@ def convert(name: str) -> Path:
     out = tokenizer_dir(name)
     out.mkdir(parents=True, exist_ok=True)
     # Config first, tokenizer.json last: its presence marks a complete conversion.
-    _write_atomic(out / "tokenizer_config.json", json.dumps(info, indent=2) + "\n")
-    _write_atomic(out / "tokenizer.json", tok.to_str(pretty=False))
+    write_text(out / "tokenizer_config.json", json.dumps(info, indent=2) + "\n")
+    write_text(out / "tokenizer.json", tok.to_str(pretty=False))
     return out
 
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from omnidraft.atomic import write_text
 from omnidraft.errors import ManifestError, ModelFolderError
 
 MANIFEST_FILE = "manifest.json"
@@ -128,14 +127,4 @@ def _check_file(export_dir: Path, name: str, expected: str, what: str, m: Manife
 
 def write_manifest(export_dir: str | Path, manifest: Manifest) -> Path:
     """Write manifest.json atomically (temp file in the same folder + os.replace)."""
-    export_dir = Path(export_dir)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=export_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(manifest.to_json())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the folder may be shared or copied to a device
-        os.replace(tmp, export_dir / MANIFEST_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return export_dir / MANIFEST_FILE
+    return write_text(Path(export_dir) / MANIFEST_FILE, manifest.to_json())

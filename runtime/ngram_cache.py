@@ -15,12 +15,11 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from omnidraft.atomic import write_bytes
 from omnidraft.errors import CacheFileError, InvalidArgument
 
 FORMAT = "omnidraft.ngram-cache"
@@ -144,18 +143,7 @@ class NgramCache:
 
     def save(self, path: str | Path) -> None:
         """Write atomically: a crash mid-write leaves the previous file intact."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self._serialise())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_bytes(path, self._serialise())
 
     @classmethod
     def load(cls, path: str | Path, drafter_tokenizer: str, target_tokenizer: str, drafter_width: int,
