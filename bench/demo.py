@@ -25,10 +25,16 @@ class DemoSettings:
     backend: str = "ort"
     max_seq_len: int = 512
     out: Path = Path("reports/demo")
+    adapt_prompts: int = 48       # train prompts of the adaptation pass per stream (0: no adaptation)
+    adapt_rank: int = 32
+    adapt_lr: float | None = 2e-3
+    adapt_every: int = 8
+    adapt_steps: int = 2
+    adapt_engine: str = "executorch"
 
     @classmethod
     def quick(cls, **kw) -> "DemoSettings":
-        return cls(prompts=4, max_new_tokens=32, **kw)
+        return cls(prompts=4, max_new_tokens=32, **{"adapt_prompts": 0, **kw})
 
 
 def open_models(backend: str, max_seq_len: int, progress: bool = True) -> tuple[Path, Path]:
@@ -70,43 +76,104 @@ def markdown_table(rows: list[dict], cols: list[tuple[str, str]]) -> str:
     return "\n".join([head, sep, *body])
 
 
+def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Path, state: Path,
+           progress: bool) -> tuple[Path, Path, dict]:
+    """One pass of online adaptation over the stream's first train prompts: returns the adapted
+    drafter (exported for the demo's backend), its n-gram cache, and a summary."""
+    from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+    from tqdm import tqdm
+
+    cfg = AdaptConfig(mode="lora", loss="hybrid", rank=s.adapt_rank, lr=s.adapt_lr, every=s.adapt_every,
+                      steps_per_update=s.adapt_steps, engine=s.adapt_engine, max_new_tokens=s.max_new_tokens,
+                      draft_len=s.draft_len)
+    train = [p.prompt for p in load_stream(name, "train")[: s.adapt_prompts]]
+    # The adapter decodes with the deployed target (the backend's export) so its targets are on-policy.
+    ad = OnlineAdapter(folders["drafter"], target_path, state / "adapt" / name, cfg)
+    bar = tqdm(total=len(train), desc=f"{name}: adapt (LoRA, hybrid)", file=sys.stderr, disable=not progress,
+               leave=False, dynamic_ncols=True)
+    acc = [0, 0]
+
+    def on_prompt(i: int, rec) -> None:
+        if rec is not None:
+            acc[0], acc[1] = acc[0] + rec.accepted, acc[1] + rec.proposed
+        bar.update(1)
+        bar.set_postfix(acc=f"{acc[0] / max(acc[1], 1):.2f}", updates=ad.updates)
+
+    try:
+        log = ad.run(train, on_prompt)
+    finally:
+        bar.close()
+    merged = ad.dir / "drafter"
+    fmt, quant = BACKENDS[s.backend]
+    if fmt is not None:
+        from omnidraft.export.pipeline import export_model
+
+        out = ad.dir / f"drafter-{fmt}-{quant}"
+        export_model(merged, fmt, quant, s.max_seq_len, out, progress=progress)
+        merged = out
+    summary = {"train_prompts": len(log.acceptance), "updates": ad.updates, "engine": ad.trainer.engine,
+               "train_stream_acceptance": round(sum(log.accepted) / max(sum(log.proposed), 1), 4),
+               "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
+               "seconds": round(log.decode_seconds + log.train_seconds + log.publish_seconds, 1)}
+    return merged, ad.cache_path, summary
+
+
+def _row(name: str, phase: str, run: StreamRun, base: StreamRun, cache_entries: int) -> dict:
+    n = min(base.prompts, run.prompts)
+    r = run.row()
+    r.update(stream=name, phase=phase, target_only_tokens_per_s=round(base.tokens_per_s, 2),
+             speedup=round(run.tokens_per_s / base.tokens_per_s, 3) if base.tokens_per_s else 0.0,
+             identical_to_target_only=base.outputs[:n] == run.outputs[:n], ngram_cache_entries=cache_entries)
+    return r
+
+
 def run_demo(s: DemoSettings, progress: bool = True) -> dict:
+    """Per stream: target-only, omnidraft with the untrained drafter and an empty cache, then (unless
+    ``adapt_prompts`` is 0) one adaptation pass over train prompts and omnidraft again with the
+    adapted drafter and its cache, all on the same held-out prompts."""
+    import shutil
+
     from omnidraft.runtime.session import open_pair
 
     for name in s.streams:
         load_stream(name, "test")  # unknown names fail here, listing the valid ones
+    if s.adapt_prompts < 0:
+        raise InvalidArgument(f"--adapt-prompts must be >= 0 (got {s.adapt_prompts}); 0 skips adaptation")
+    folders = check_bundled()
     drafter_path, target_path = open_models(s.backend, s.max_seq_len, progress)
     state = s.out / "state"
-    rows, curves = [], {}
+    shutil.rmtree(state, ignore_errors=True)  # each demo run starts from the untrained drafter
+    rows, curves, adaptation = [], {}, {}
+    cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=s.draft_len)
     for name in s.streams:
         prompts = [p.prompt for p in load_stream(name, "test")[: s.prompts]]
-        cache_file = state / f"ngram_cache.{name}.json"
-        dec = open_pair(target_path, drafter_path, cache_path=cache_file)
-        cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=s.draft_len)
+        dec = open_pair(target_path, drafter_path)
         base = run_stream(dec, prompts, DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only"),
                           f"{name}: target-only", progress)
         spec = run_stream(dec, prompts, cfg, f"{name}: omnidraft", progress)
-        dec.cache.save(cache_file)
-        n = min(base.prompts, spec.prompts)
-        curves[name] = spec
-        r = spec.row()
-        r.update(stream=name, target_only_tokens_per_s=round(base.tokens_per_s, 2),
-                 speedup=round(spec.tokens_per_s / base.tokens_per_s, 3) if base.tokens_per_s else 0.0,
-                 identical_to_target_only=base.outputs[:n] == spec.outputs[:n],
-                 ngram_cache_entries=len(dec.cache))
-        rows.append(r)
+        rows.append(_row(name, "untrained", spec, base, len(dec.cache)))
+        curves[f"{name} (untrained)"] = spec
         if base.interrupted or spec.interrupted:
             break
+        if s.adapt_prompts:
+            adapted_path, cache_path, adaptation[name] = _adapt(s, name, folders, target_path, state, progress)
+            dec = open_pair(target_path, adapted_path, cache_path=cache_path)
+            after = run_stream(dec, prompts, cfg, f"{name}: omnidraft adapted", progress)
+            rows.append(_row(name, "adapted", after, base, len(dec.cache)))
+            curves[f"{name} (adapted)"] = after
+            if after.interrupted:
+                break
     report = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()},
-              "drafter": str(drafter_path), "target": str(target_path), "rows": rows}
+              "drafter": str(drafter_path), "target": str(target_path), "rows": rows, "adaptation": adaptation}
     write_json(s.out / "report.json", report)
-    plot_acceptance(curves, s.out / "acceptance.png", f"omnidraft demo ({s.backend}): acceptance over the stream")
+    plot_acceptance(curves, s.out / "acceptance.png", f"omnidraft demo ({s.backend}): acceptance on held-out prompts")
     return report
 
 
 def summary_table(report: dict) -> str:
     return markdown_table(report["rows"], [
-        ("stream", "stream"), ("target_only_tokens_per_s", "target-only tok/s"), ("tokens_per_s", "omnidraft tok/s"),
+        ("stream", "stream"), ("phase", "drafter"), ("target_only_tokens_per_s", "target-only tok/s"),
+        ("tokens_per_s", "omnidraft tok/s"),
         ("speedup", "speedup"), ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/target call"),
         ("ngram_hits_per_step", "n-gram hits/step"), ("ngram_cache_entries", "cache entries"),
         ("identical_to_target_only", "identical output")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -58,7 +59,17 @@ def test_unknown_stream_lists_the_valid_ones(capsys):
 def test_demo_runs_end_to_end_on_a_tiny_pair(fake_bundled, tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["demo", "--backend", "torch", "--streams", "math", "--prompts", "2", "--max-new-tokens", "8",
-                 "--out", str(out)]) == 0
+                 "--adapt-prompts", "3", "--adapt-engine", "eager", "--out", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "| math |" in table and "True" in table  # identical greedy output to target-only
-    assert (out / "report.json").is_file() and (out / "acceptance.png").is_file()
+    assert "| math | untrained |" in table and "| math | adapted |" in table
+    report = json.loads((out / "report.json").read_text())
+    assert [r["phase"] for r in report["rows"]] == ["untrained", "adapted"]
+    assert all(r["identical_to_target_only"] for r in report["rows"])  # adaptation changes speed, never text
+    assert report["adaptation"]["math"]["train_prompts"] == 3 and report["adaptation"]["math"]["updates"] == 1
+    assert (out / "acceptance.png").is_file()
+
+
+def test_negative_adapt_prompts_is_refused(fake_bundled, capsys):
+    assert main(["demo", "--backend", "torch", "--streams", "math", "--adapt-prompts", "-1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--adapt-prompts" in err[0]

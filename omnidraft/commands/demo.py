@@ -15,6 +15,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=int, help="held-out prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--draft-len", type=int, default=4, metavar="K")
+    p.add_argument("--adapt-prompts", type=int, metavar="N",
+                   help="train prompts of the online adaptation pass per stream (default 48; 0 skips it; --quick: 0)")
+    p.add_argument("--adapt-engine", default="executorch",
+                   help="LoRA gradients from the ExecuTorch training program (as on device) | eager")
     p.add_argument("--out", type=Path, default=Path("reports/demo"), help="report folder (JSON + PNG)")
 
 
@@ -31,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
         s.prompts = args.prompts
     if args.max_new_tokens is not None:
         s.max_new_tokens = args.max_new_tokens
+    if args.adapt_prompts is not None:
+        s.adapt_prompts = args.adapt_prompts
+    if args.adapt_engine not in ("executorch", "eager"):
+        raise InvalidArgument(f"unknown --adapt-engine {args.adapt_engine!r}; choose executorch or eager")
+    s.adapt_engine = args.adapt_engine
     report = run_demo(s)
     main_print(report, s.out)
     return 0
