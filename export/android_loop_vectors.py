@@ -119,10 +119,16 @@ class ScriptedModel:
 
 
 class Recorder:
-    """Wraps a backend and logs every call as the Java RecordedModel replays it."""
+    """Wraps a backend and logs every call as the Java RecordedModel replays it.
 
-    def __init__(self, inner, tag: str, log: list) -> None:
+    A row is stored sparsely: ``floor`` plus the entries that differ from it. That is lossless only
+    when the wrapped backend's rows really are ``floor`` everywhere else (the scripted pair, or
+    ``android_pair_vectors.TopNBackend``); ``forward`` checks that it is not asked to store a dense row.
+    """
+
+    def __init__(self, inner, tag: str, log: list, floor: np.float32 = FLOOR, max_entries: int | None = None) -> None:
         self.inner, self.tag, self.log = inner, tag, log
+        self.floor, self.max_entries = np.float32(floor), max_entries
         self.name, self.vocab_size, self.max_seq_len = inner.name, inner.vocab_size, inner.max_seq_len
 
     @property
@@ -133,10 +139,12 @@ class Recorder:
         rows = self.inner.forward(token_ids, start_pos)
         sparse = []
         for row in rows:
-            idx = np.flatnonzero(row != FLOOR)
-            sparse.append({"i": idx.tolist(), "v": [float(x) for x in row[idx]]})
+            idx = np.flatnonzero(row != self.floor)
+            if self.max_entries is not None and len(idx) > self.max_entries:
+                raise AssertionError(f"{self.tag}: a row with {len(idx)} entries off the floor cannot be stored sparsely")
+            sparse.append({"i": idx.tolist(), "v": [_f32_json(x) for x in row[idx]]})
         self.log.append({"m": self.tag, "op": "forward", "tokens": [int(t) for t in token_ids], "start": int(start_pos),
-                         "floor": float(FLOOR), "rows": sparse})
+                         "floor": float(self.floor), "rows": sparse})
         return rows
 
     def rollback(self, length):
@@ -146,6 +154,15 @@ class Recorder:
     def reset(self):
         self.log.append({"m": self.tag, "op": "reset"})
         self.inner.reset()
+
+
+def _f32_json(x: np.float32) -> float:
+    """The shortest decimal that reads back as the same float32 through a double (Java parses
+    JSON numbers with Double.valueOf and narrows with a (float) cast; Python's float() then
+    np.float32() do the same two roundings), else the exact double of the float32."""
+    x = np.float32(x)
+    short = float(np.format_float_positional(x, unique=True, trim="-"))
+    return short if np.float32(short) == x else float(x)
 
 
 class _RecordingGenerator:
@@ -213,8 +230,50 @@ RUNS = [
 ]
 
 
-def _loaded(backend, codec: TokenCodec) -> LoadedModel:
-    return LoadedModel(backend, codec, frozenset(codec.eos_ids), Path("."), "scripted")
+def _loaded(backend, codec: TokenCodec, eos_ids=None) -> LoadedModel:
+    eos = frozenset(codec.eos_ids if eos_ids is None else eos_ids)
+    return LoadedModel(backend, codec, eos, Path("."), "scripted")
+
+
+def open_cache(cache_setup, previous: NgramCache | None, drafter_codec: TokenCodec, target_codec: TokenCodec,
+               drafter_width: int, target_width: int) -> tuple[NgramCache, str | None]:
+    """The run's starting cache: fresh, bounded, or the previous run's (through its file, as the app
+    does between sessions). Returns the cache and the file text the Java replay loads (or None)."""
+    args = (drafter_codec.sha256, target_codec.sha256, drafter_width)
+    if cache_setup == "chain" and previous is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "cache.json"
+            previous.save(path)
+            return NgramCache.load(path, *args, target_width), path.read_bytes().decode()
+    if isinstance(cache_setup, dict):
+        return NgramCache(*args, capacity=cache_setup["capacity"], policy=cache_setup["policy"]), None
+    return NgramCache(*args), None
+
+
+def record_run(name: str, prompt: str, cfg_kw: dict, drafter, target, drafter_codec: TokenCodec,
+               target_codec: TokenCodec, cache: NgramCache, cache_file: str | None, log: list,
+               target_eos=None) -> dict:
+    """One traced ``SpeculativeDecoder.generate`` through two ``Recorder`` backends sharing ``log``,
+    as the run record the Java replay reads."""
+    uniforms: list[float] = []
+    cache_before = cache._serialise().decode()
+    target_loaded = _loaded(target, target_codec, target_eos)
+    dec = SpeculativeDecoder(target_loaded, _loaded(drafter, drafter_codec), cache)
+    cfg = DecodeConfig(**cfg_kw)
+    with _record_uniforms(uniforms):
+        result = dec.generate(prompt, cfg, trace=True)
+    return {
+        "name": name, "prompt": prompt, "config": asdict(cfg),
+        "target_eos": sorted(target_loaded.eos_ids),
+        "drafter_width": drafter.vocab_size, "target_width": target.vocab_size,
+        "max_seq_len": {"drafter": drafter.max_seq_len, "target": target.max_seq_len},
+        "cache_file": cache_file, "cache_before": cache_before,
+        "calls": log, "uniforms": uniforms,
+        "rounds": [_jsonable(r) for r in result.rounds],
+        "token_ids": [int(t) for t in result.token_ids], "text": result.text,
+        "stats": {k: v for k, v in asdict(result.stats).items() if not k.endswith("seconds")},
+        "cache_after": cache._serialise().decode(),
+    }
 
 
 def loop_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec) -> dict:
@@ -224,43 +283,16 @@ def loop_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec) -> dict:
         cfg_kw = dict(cfg_kw)
         script = prompt + cont
         log: list = []
-        uniforms: list[float] = []
         d_eos = min(drafter_codec.eos_ids)
         t_eos = min(target_codec.eos_ids)
         drafter = Recorder(ScriptedModel(drafter_codec, script, d_eos, "drafter:" + name, slip=0.12), "drafter", log)
         slip = cfg_kw.pop("target_slip", 0.02)  # how often the target confidently disagrees with the script
         target = Recorder(ScriptedModel(target_codec, script, t_eos, "target:" + name, slip=slip), "target", log)
-        args = (drafter_codec.sha256, target_codec.sha256, drafter.vocab_size)
-        cache_file = None
-        if cache_setup == "chain" and previous_cache is not None:
-            # Through the file, as the app does between sessions: save, then load.
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "cache.json"
-                previous_cache.save(path)
-                cache_file = path.read_bytes().decode()
-                cache = NgramCache.load(path, *args, target.vocab_size)
-        elif isinstance(cache_setup, dict):
-            cache = NgramCache(*args, capacity=cache_setup["capacity"], policy=cache_setup["policy"])
-        else:
-            cache = NgramCache(*args)
-        cache_before = cache._serialise().decode()
-        dec = SpeculativeDecoder(_loaded(target, target_codec), _loaded(drafter, drafter_codec), cache)
-        cfg = DecodeConfig(**cfg_kw)
-        with _record_uniforms(uniforms):
-            result = dec.generate(prompt, cfg, trace=True)
+        cache, cache_file = open_cache(cache_setup, previous_cache, drafter_codec, target_codec,
+                                       drafter.vocab_size, target.vocab_size)
+        runs.append(record_run(name, prompt, cfg_kw, drafter, target, drafter_codec, target_codec, cache,
+                               cache_file, log))
         previous_cache = cache
-        runs.append({
-            "name": name, "prompt": prompt, "config": asdict(cfg),
-            "target_eos": sorted(target_codec.eos_ids),
-            "drafter_width": drafter.vocab_size, "target_width": target.vocab_size,
-            "max_seq_len": {"drafter": drafter.max_seq_len, "target": target.max_seq_len},
-            "cache_file": cache_file, "cache_before": cache_before,
-            "calls": log, "uniforms": uniforms,
-            "rounds": [_jsonable(r) for r in result.rounds],
-            "token_ids": [int(t) for t in result.token_ids], "text": result.text,
-            "stats": {k: v for k, v in asdict(result.stats).items() if not k.endswith("seconds")},
-            "cache_after": cache._serialise().decode(),
-        })
     return {"drafter_tokenizer": drafter_codec.sha256, "target_tokenizer": target_codec.sha256,
             "floor": float(FLOOR), "runs": runs}
 

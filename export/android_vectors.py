@@ -5,8 +5,9 @@ Two kinds, written as small JSON files that the Java tests replay and must match
 * tokenizer vectors: encode/decode of a few hundred strings (code, math, unicode, emoji, CJK,
   whitespace runs, byte fallback, special tokens) with the two tokenizer families we ship, as the
   Python ``tokenizers`` library and ``runtime.tokenizer.TokenCodec`` produce them;
-* loop vectors: full speculative-decoding runs of ``runtime.speculative`` on a scripted,
-  deterministic drafter/target pair (see ``export/android_loop_vectors.py``).
+* loop vectors: full speculative-decoding runs of ``runtime.speculative`` call by call, on a
+  scripted, deterministic drafter/target pair (``export/android_loop_vectors.py``) and on the
+  bundled pair with rows truncated to their top entries (``export/android_pair_vectors.py``).
 """
 
 from __future__ import annotations
@@ -195,5 +196,20 @@ def write_loop_vectors(out_dir: Path = VECTOR_DIR) -> Path:
     data = loop_vectors(drafter, target)
     data["qprime_cases"] = qprime_vectors(drafter, target)
     path = Path(out_dir) / "loop-llama-spm-gpt-2.json"
+    write_json_atomic(path, data)
+    return path
+
+
+PAIR_FILE = "loop-bundled-pair.json"
+
+
+def write_pair_vectors(out_dir: Path = VECTOR_DIR, drafter: Path | None = None, target: Path | None = None,
+                       top_n: int | None = None) -> Path:
+    """Whole speculative runs on the bundled pair (or the given HF folders), rows kept to their top entries."""
+    from omnidraft.export import android_pair_vectors as apv
+
+    data = apv.pair_vectors(drafter or apv.BUNDLED / "drafter", target or apv.BUNDLED / "target",
+                            top_n or apv.TOP_N)
+    path = Path(out_dir) / PAIR_FILE
     write_json_atomic(path, data)
     return path

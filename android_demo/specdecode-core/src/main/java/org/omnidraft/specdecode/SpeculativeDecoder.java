@@ -24,6 +24,7 @@ public final class SpeculativeDecoder {
     /** What one round did (the Python trace's fields). */
     public static final class Round {
         public int[] draft, targetIds, committed;
+        public int[] context; // the drafter's token ids when the round began (its KV cache holds a prefix of them)
         public int[][] spans;
         public boolean[] merged;
         public int accepted, extra, ngramAdded, drafterCacheKept;
@@ -46,11 +47,17 @@ public final class SpeculativeDecoder {
 
     /**
      * The sampling acceptance rule, swappable only so tests can prove the vectors catch a wrong one.
-     * The standard rule accepts with probability min(1, p/q') (as u * q' < p) and draws the
-     * correction from norm(max(0, p - q')) with q' corrected by Eq. 2.
+     * The standard rule takes q' from Eq. 1 (a merged n-gram's q' is the product over its
+     * sub-tokens), accepts with probability min(1, p/q') (as u * q' < p) and draws the correction
+     * from norm(max(0, p - q')) with q' corrected by Eq. 2.
      */
     public interface AcceptanceRule {
         boolean accept(double u, double qPrime, double p);
+
+        /** q'(t_j) for the acceptance test (Eq. 1). */
+        default double proposalProb(int j, Translate.Translation tr, int[] draft, List<double[]> qRows, VocabMap vocab) {
+            return Translate.proposalProb(j, tr, draft, qRows, vocab);
+        }
 
         double[] correction(double[] p, int j, Translate.Translation tr, int[] draft, List<double[]> qRows, VocabMap vocab);
     }
@@ -276,7 +283,7 @@ public final class SpeculativeDecoder {
                         p = Sampling.softmax(rows[j], cfg.temperature, null);
                         double u = rng.next();
                         uniforms.add(u);
-                        ok = rule.accept(u, Translate.proposalProb(j, tr, draft, qRows, vocab), p[t]);
+                        ok = rule.accept(u, rule.proposalProb(j, tr, draft, qRows, vocab), p[t]);
                     }
                     if (!ok) break;
                     j++;
@@ -332,6 +339,7 @@ public final class SpeculativeDecoder {
                 if (rounds != null) {
                     Round r = new Round();
                     r.draft = draft;
+                    r.context = idsQ;
                     r.targetIds = tr.targetIds.toArray();
                     r.spans = tr.spans.toArray(new int[0][]);
                     r.merged = new boolean[m];

@@ -20,16 +20,29 @@ import org.junit.Test;
  * and the final cache file bytes must match exactly.
  */
 public class LoopVectorTest {
+    /** Runs of the scripted pair (no weights; see export/android_loop_vectors.py). */
+    static final String SCRIPTED = "loop-llama-spm-gpt-2.json";
+    /** Runs of the bundled pair with rows kept to their top entries (export/android_pair_vectors.py). */
+    static final String PAIR = "loop-bundled-pair.json";
+
     static Map<String, Object> vectors() {
-        return Json.asObject(TestFiles.vectors("loop-llama-spm-gpt-2.json"), "loop vectors");
+        return vectors(SCRIPTED);
+    }
+
+    static Map<String, Object> vectors(String file) {
+        return Json.asObject(TestFiles.vectors(file), "loop vectors " + file);
     }
 
     static Map<String, Object> run(String name) {
-        for (Object o : Json.asArray(vectors().get("runs"), "runs")) {
+        return run(SCRIPTED, name);
+    }
+
+    static Map<String, Object> run(String file, String name) {
+        for (Object o : Json.asArray(vectors(file).get("runs"), "runs")) {
             Map<String, Object> r = Json.asObject(o, "run");
             if (name.equals(r.get("name"))) return r;
         }
-        throw new AssertionError("no run named " + name + " in the loop vectors; regenerate them with `omnidraft android-vectors`");
+        throw new AssertionError("no run named " + name + " in " + file + "; regenerate them with `omnidraft android-vectors`");
     }
 
     static double[] doubles(Object list) {
@@ -40,9 +53,9 @@ public class LoopVectorTest {
     }
 
     /** Runs the Java loop on the recorded run; {@code decoderFactory} lets a test swap in a broken rule. */
-    static SpeculativeDecoder.Result replay(Map<String, Object> r, SpeculativeDecoder.AcceptanceRule rule) throws Exception {
+    static SpeculativeDecoder.Result replay(String file, Map<String, Object> r, SpeculativeDecoder.AcceptanceRule rule) throws Exception {
         TokenCodec drafterCodec = TestFiles.codec("llama-spm"), targetCodec = TestFiles.codec("gpt-2");
-        Map<String, Object> v = vectors();
+        Map<String, Object> v = vectors(file);
         assertEquals("drafter tokenizer of the vectors", v.get("drafter_tokenizer"), drafterCodec.sha256);
         assertEquals("target tokenizer of the vectors", v.get("target_tokenizer"), targetCodec.sha256);
         @SuppressWarnings("unchecked")
@@ -109,12 +122,16 @@ public class LoopVectorTest {
     }
 
     static void check(String name) throws Exception {
-        check(name, null);
+        check(SCRIPTED, name, null);
     }
 
     static void check(String name, SpeculativeDecoder.AcceptanceRule rule) throws Exception {
-        Map<String, Object> r = run(name);
-        SpeculativeDecoder.Result res = replay(r, rule);
+        check(SCRIPTED, name, rule);
+    }
+
+    static void check(String file, String name, SpeculativeDecoder.AcceptanceRule rule) throws Exception {
+        Map<String, Object> r = run(file, name);
+        SpeculativeDecoder.Result res = replay(file, r, rule);
         List<Object> rounds = Json.asArray(r.get("rounds"), "rounds");
         assertEquals("rounds", rounds.size(), res.rounds.size());
         for (int i = 0; i < rounds.size(); i++) {
@@ -134,6 +151,9 @@ public class LoopVectorTest {
             assertArrayEquals(at + "uniforms", doubles(want.get("uniforms")), got.uniforms, 0.0);
             assertEquals(at + "n-grams added", ((Long) want.get("ngram_added")).intValue(), got.ngramAdded);
             assertEquals(at + "drafter cache kept", ((Long) want.get("drafter_cache_kept")).intValue(), got.drafterCacheKept);
+            if (want.containsKey("context")) {
+                assertArrayEquals(at + "drafter context", TestFiles.ints(want.get("context")), got.context);
+            }
         }
         assertArrayEquals("token ids", TestFiles.ints(r.get("token_ids")), res.tokenIds);
         assertEquals("text", r.get("text"), res.text);
@@ -178,28 +198,33 @@ public class LoopVectorTest {
         assertTrue("no eviction in the vectors", evictionRuns > 0);
     }
 
-    static List<String> runNames() {
+    static List<String> runNames(String file) {
         List<String> out = new ArrayList<String>();
-        for (Object o : Json.asArray(vectors().get("runs"), "runs")) out.add((String) Json.asObject(o, "run").get("name"));
+        for (Object o : Json.asArray(vectors(file).get("runs"), "runs")) out.add((String) Json.asObject(o, "run").get("name"));
         return out;
     }
 
-    /** Replays every sampling run with {@code rule}; at least one must notice. Returns the runs that did. */
+    /** Replays every sampling run of the scripted vectors with {@code rule}; at least one must notice. */
     static List<String> expectFailure(SpeculativeDecoder.AcceptanceRule rule) throws Exception {
+        return expectFailure(SCRIPTED, rule);
+    }
+
+    /** Replays every sampling run of {@code file} with {@code rule}; at least one must notice. Returns the runs that did. */
+    static List<String> expectFailure(String file, SpeculativeDecoder.AcceptanceRule rule) throws Exception {
         List<String> caught = new ArrayList<String>();
-        for (String name : runNames()) {
-            Map<String, Object> r = run(name);
+        for (String name : runNames(file)) {
+            Map<String, Object> r = run(file, name);
             Map<String, Object> c = Json.asObject(r.get("config"), "config");
             if (Json.asDouble(c.get("temperature"), "temperature") == 0 || DecodeConfig.TARGET_ONLY.equals(c.get("mode"))) continue;
             try {
-                check(name, rule);
+                check(file, name, rule);
             } catch (AssertionError e) {
                 caught.add(name); // the replay noticed
             } catch (IllegalStateException e) {
                 caught.add(name); // drew more uniforms than Python
             }
         }
-        if (caught.isEmpty()) fail("a deliberately wrong acceptance rule replayed every sampling run without a difference");
+        if (caught.isEmpty()) fail("a deliberately wrong acceptance rule replayed every sampling run of " + file + " without a difference");
         return caught;
     }
 }
