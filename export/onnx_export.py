@@ -29,33 +29,41 @@ EXPORTER = "torch.onnx (TorchScript, opset 20)"
 PROTOBUF_LIMIT = 2 * 2**30  # one .onnx file holds at most 2 GiB (protobuf); larger needs external data
 
 
-def io_names(info: ModelInfo) -> tuple[list[str], list[str]]:
+ACCEPT_OUTPUT = "accept_logits"  # the acceptance head's output, last (runtime/backends/ort.py)
+
+
+def io_names(info: ModelInfo, head: bool = False) -> tuple[list[str], list[str]]:
     past = [f"past_key_values.{i}.{t}" for i in range(info.num_layers) for t in ("key", "value")]
     present = [f"present.{i}.{t}" for i in range(info.num_layers) for t in ("key", "value")]
-    return ["input_ids", *past], ["logits", *present]
+    return ["input_ids", *past], ["logits", *present] + ([ACCEPT_OUTPUT] if head else [])
 
 
 class _FlatKV(torch.nn.Module):
-    """Flat tensors in/out around the HF model's DynamicCache, as ONNX needs."""
+    """Flat tensors in/out around the HF model's DynamicCache, as ONNX needs; with an acceptance
+    head, its logits on the final normed hidden state are one more output."""
 
-    def __init__(self, model: torch.nn.Module, num_layers: int) -> None:
+    def __init__(self, model: torch.nn.Module, num_layers: int, head: torch.nn.Module | None = None) -> None:
         super().__init__()
-        self.model, self.num_layers = model, num_layers
+        self.model, self.num_layers, self.head = model, num_layers, head
 
     def forward(self, input_ids: torch.Tensor, *past: torch.Tensor):
         cache = DynamicCache(config=self.model.config)
         for i in range(self.num_layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True,
+                         output_hidden_states=self.head is not None)
         present = []
         for layer in out.past_key_values.layers:
             present += [layer.keys, layer.values]
-        return (out.logits, *present)
+        if self.head is None:
+            return (out.logits, *present)
+        return (out.logits, *present, self.head(out.hidden_states[-1]))
 
 
-def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path) -> tuple[list[str], list[str]]:
+def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path,
+                head: torch.nn.Module | None = None) -> tuple[list[str], list[str]]:
     """Write the fp32 graph to ``path``; return (input names, output names)."""
-    inputs, outputs = io_names(info)
+    inputs, outputs = io_names(info, head is not None)
     fp32_bytes = 4 * sum(p.numel() for p in model.parameters())
     if info.tie_word_embeddings:  # the exporter materialises lm_head as its own transposed copy
         fp32_bytes += 4 * model.get_input_embeddings().weight.numel()
@@ -67,11 +75,13 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path) -> tuple[li
     past = [torch.zeros(1, info.num_kv_heads, 2, info.head_dim) for _ in range(2 * info.num_layers)]
     dynamic = {"input_ids": {1: "k"}, "logits": {1: "k"}}
     dynamic.update({n: {2: "past"} for n in inputs[1:]})
-    dynamic.update({n: {2: "total"} for n in outputs[1:]})
+    dynamic.update({n: {2: "total"} for n in outputs[1:] if n != ACCEPT_OUTPUT})
+    if head is not None:
+        dynamic[ACCEPT_OUTPUT] = {1: "k"}
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer warnings about shape-to-int casts are expected
-            torch.onnx.export(_FlatKV(model, info.num_layers), (ids, *past), str(path), input_names=inputs,
+            torch.onnx.export(_FlatKV(model, info.num_layers, head), (ids, *past), str(path), input_names=inputs,
                               output_names=outputs, dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
     except Exception as exc:  # tracer / symbolic errors come in many types
         raise ExportError(f"ONNX export of {info.architecture} failed: {str(exc).splitlines()[0][:300]}") from exc
@@ -79,8 +89,9 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path) -> tuple[li
 
 
 def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len: int, artifact: Path, sched,
-               threshold: float, on_gate) -> Built:
-    """Export (+ quantize) and gate. The fp32 graph is always gated first: quantization starts from it."""
+               threshold: float, on_gate, head: torch.nn.Module | None = None) -> Built:
+    """Export (+ quantize) and gate. The fp32 graph is always gated first: quantization starts from it.
+    With an acceptance head, its in-graph output is gated against the eager head on the same schedule."""
     from dataclasses import replace
 
     from omnidraft.runtime.backends.ort import OrtBackend
@@ -89,17 +100,40 @@ def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len:
     from .quantize import ort_quantize, ort_reference
 
     fp32_path = artifact if quant == "fp32" else artifact.with_name("fp32.onnx")
-    inputs, outputs = export_onnx(model, info, fp32_path)
+    inputs, outputs = export_onnx(model, info, fp32_path, head)
     on_gate()
     fp32_ref = parity.reference_logits(parity.hf_logits(model), sched)
     prov = parity.provisional_manifest("onnx", quant, info, max_seq_len, fp32_path, inputs, outputs)
-    fp32_steps = parity.run_artifact(OrtBackend(fp32_path.parent, prov), sched)
+    fp32_backend = OrtBackend(fp32_path.parent, prov)
+    fp32_steps = parity.run_artifact(fp32_backend, sched)
     fp32_fig = parity.gate(fp32_steps, fp32_ref, fp32_ref, "fp32", "the fp32 ONNX graph", threshold)
+    if head is not None:
+        fp32_fig["accept_head"] = parity.gate_accept(fp32_backend, sched, model, head, True, "the fp32 ONNX graph")
     if quant == "fp32":
         return parity.Built(inputs, outputs, fp32_fig, EXPORTER)
     ort_quantize(fp32_path, artifact, quant)
     fp32_path.unlink()
-    steps = parity.run_artifact(OrtBackend(artifact.parent, replace(prov, artifact_file=artifact.name)), sched)
-    ref = parity.reference_logits(parity.hf_logits(ort_reference(model, quant)), sched)
+    q_backend = OrtBackend(artifact.parent, replace(prov, artifact_file=artifact.name))
+    steps = parity.run_artifact(q_backend, sched)
+    ref_model = ort_reference(model, quant)
+    ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
     fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} ONNX graph", threshold)
-    return parity.Built(inputs, outputs, {**fig, "fp32_graph_max_abs_diff": fp32_fig["max_abs_diff"]}, EXPORTER)
+    fig["fp32_graph_max_abs_diff"] = fp32_fig["max_abs_diff"]
+    if head is not None:
+        fig["accept_head"] = parity.gate_accept(q_backend, sched, ref_model, _head_reference(head, quant), False,
+                                                f"the {quant} ONNX graph")
+    return parity.Built(inputs, outputs, fig, EXPORTER)
+
+
+def _head_reference(head: torch.nn.Module, quant: str) -> torch.nn.Module:
+    """The head's Linears go through MatMulNBits like the drafter's: quantize-dequantize them alike."""
+    import copy
+
+    from .quantize import _fq_block
+
+    ref = copy.deepcopy(head)
+    with torch.no_grad():
+        for m in ref.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.copy_(_fq_block(m.weight, 8 if quant == "int8" else 4))
+    return ref.eval()

@@ -74,16 +74,18 @@ def reference_logits(run, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
     return run(sched.tokens_a), run(sched.tokens_b)
 
 
-def run_artifact(backend, sched: Schedule) -> dict[str, tuple[np.ndarray, slice, str]]:
-    """step -> (artifact logits, rows of the reference they match, which reference 'a'|'b')."""
+def run_artifact(backend, sched: Schedule, call=None) -> dict[str, tuple[np.ndarray, slice, str]]:
+    """step -> (artifact logits, rows of the reference they match, which reference 'a'|'b').
+    ``call(ids, pos)`` replaces ``backend.forward`` (e.g. to read the acceptance head's output)."""
     n, a, b = sched.prefill, sched.tokens_a, sched.tokens_b
+    fwd = call or backend.forward
     backend.reset()
-    steps = {"prefill": (backend.forward(a[:n], 0), slice(0, n), "a"),
-             "decode": (backend.forward(a[n:n + 1], n), slice(n, n + 1), "a"),
-             "verify": (backend.forward(a[n + 1:n + 5], n + 1), slice(n + 1, n + 5), "a")}
+    steps = {"prefill": (fwd(a[:n], 0), slice(0, n), "a"),
+             "decode": (fwd(a[n:n + 1], n), slice(n, n + 1), "a"),
+             "verify": (fwd(a[n + 1:n + 5], n + 1), slice(n + 1, n + 5), "a")}
     backend.rollback(n + 2)
-    steps["rollback_decode"] = (backend.forward(b[n + 2:n + 3], n + 2), slice(n + 2, n + 3), "b")
-    steps["rollback_verify"] = (backend.forward(b[n + 3:n + 6], n + 3), slice(n + 3, n + 6), "b")
+    steps["rollback_decode"] = (fwd(b[n + 2:n + 3], n + 2), slice(n + 2, n + 3), "b")
+    steps["rollback_verify"] = (fwd(b[n + 3:n + 6], n + 3), slice(n + 3, n + 6), "b")
     backend.reset()
     return steps
 
@@ -162,3 +164,46 @@ def gate(steps: dict, ref: tuple[np.ndarray, np.ndarray], fp32_ref: tuple[np.nda
     vs_fp32 = compare(steps, *fp32_ref)
     return {**fig, "reference": "quantized-eager", "threshold_top1": threshold,
             "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}
+
+
+# Acceptance head (issue #6). fp32: the in-graph head computes the eager head's math, so the same
+# 1e-4 logit bar applies. Quantized: the head is held to its quantize-dequantized eager reference in
+# probability space; 0.05 is far above MatMulNBits' per-block rounding on a sigmoid and far below
+# what a wrong feature (e.g. the pre-norm hidden state, or a stale KV row) produces.
+ACCEPT_MAX_PROB_DIFF = 0.05
+
+
+def _accept_reference(model: torch.nn.Module, head: torch.nn.Module):
+    @torch.no_grad()
+    def run(ids: list[int]) -> np.ndarray:
+        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        return head(out.hidden_states[-1])[0].float().numpy()
+    return run
+
+
+def gate_accept(backend, sched: Schedule, model: torch.nn.Module, head: torch.nn.Module, fp32: bool,
+                what: str) -> dict:
+    """Run the parity schedule through ``forward_with_accept`` and compare the acceptance logits with
+    the eager drafter + head on the full sequences; raises ExportError past the bar."""
+    ref_a, ref_b = reference_logits(_accept_reference(model, head), sched)
+    steps = run_artifact(backend, sched, lambda ids, pos: backend.forward_with_accept(ids, pos)[1])
+    worst_logit, worst_prob = 0.0, 0.0
+
+    def sig(x: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+    for got, rows, which in steps.values():
+        ref = (ref_a if which == "a" else ref_b)[rows]
+        if got.shape != ref.shape:
+            raise ExportError(f"parity: {what} returned accept_logits of shape {got.shape}, expected {ref.shape}")
+        worst_logit = max(worst_logit, float(np.abs(got - ref).max()))
+        worst_prob = max(worst_prob, float(np.abs(sig(got) - sig(ref)).max()))
+    fig = {"max_abs_diff": worst_logit, "max_prob_diff": worst_prob,
+           "reference": "fp32-eager" if fp32 else "quantized-eager"}
+    bad = not np.isfinite(worst_logit) or (worst_logit > FP32_MAX_ABS_DIFF if fp32 else worst_prob > ACCEPT_MAX_PROB_DIFF)
+    if bad:
+        bar = f"{FP32_MAX_ABS_DIFF:g} in logits" if fp32 else f"{ACCEPT_MAX_PROB_DIFF} in probability"
+        raise ExportError(f"parity gate failed: the acceptance head in {what} differs from eager by "
+                          f"{worst_logit:.3g} in logits / {worst_prob:.3g} in probability (limit {bar}); "
+                          "the head's lowering is wrong — do not use this artifact")
+    return fig

@@ -67,11 +67,16 @@ def _prepare_out_dir(out: Path) -> None:
 
 def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, out_dir: str | Path,
                  embedding_quant: str = "none", min_top1: float | None = None, et_path: str = "auto",
-                 progress: bool = True) -> ExportResult:
-    """Export, gate and write. Raises ExportError (nothing is published) if the gate fails."""
+                 progress: bool = True, accept_head: str | Path | None = None) -> ExportResult:
+    """Export, gate and write. Raises ExportError (nothing is published) if the gate fails.
+    ``accept_head``: an acceptance-head folder of this drafter, built into the ONNX graph as the
+    extra output ``accept_logits`` (adaptive drafting, issue #6)."""
     t0 = time.perf_counter()
     recipes.check_choice(fmt, quant, embedding_quant, et_path)
     info = inspect_folder(model_dir)
+    head_meta: dict = {}
+    if accept_head is not None:
+        head_meta = _check_head(accept_head, fmt, info)
     if max_seq_len > info.max_position_embeddings:
         raise InvalidArgument(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
                               f"({info.max_position_embeddings}); use at most that")
@@ -94,7 +99,8 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
         "omnidraft", "export", "--model", model_dir, "--format", fmt, "--quant", quant,
         "--max-seq-len", max_seq_len, "--out", out_dir]
         + (["--embedding-quant", embedding_quant] if embedding_quant != "none" else [])
-        + (["--et-path", et_path] if fmt == "executorch" and et_path != "auto" else []))
+        + (["--et-path", et_path] if fmt == "executorch" and et_path != "auto" else [])
+        + (["--accept-head", accept_head] if accept_head is not None else []))
 
     from tqdm import tqdm
 
@@ -112,6 +118,11 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
         from .hf_model import load_model
 
         model = load_model(info)
+        head = None
+        if accept_head is not None:
+            from omnidraft.runtime.head_model import load_head
+
+            head = load_head(accept_head)[0]
         stage(1)
         from . import parity
 
@@ -122,7 +133,7 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
             if fmt == "onnx":
                 from .onnx_export import build_onnx
 
-                built = build_onnx(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2))
+                built = build_onnx(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head)
             else:
                 from .executorch_export import build_executorch
 
@@ -139,7 +150,7 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
             source_model=str(info.folder.resolve()), source_model_sha256=weights_sha256(info),
             exporter_versions=_versions(), eos_token_ids=_eos_list(info.eos_token_id),
             bos_token_id=info.bos_token_id, parity=built.parity, export_command=command,
-            skipped_layers=built.skipped_layers, exporter=built.exporter)
+            skipped_layers=built.skipped_layers, exporter=built.exporter, accept_head=head_meta)
         _publish(staging, out, info.folder, manifest)
         bar.n = len(stages)
         bar.set_description("export: done")
@@ -147,6 +158,20 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
         bar.close()
         shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(out, manifest, time.perf_counter() - t0)
+
+
+def _check_head(accept_head: str | Path, fmt: str, info) -> dict:
+    """Refuse a head for another drafter (or for a format that cannot carry it) before any lowering."""
+    import json
+
+    from omnidraft.runtime.accept_head import HEAD_JSON, check_belongs, drafter_identity, read_head
+
+    if fmt != "onnx":
+        raise InvalidArgument("--accept-head needs --format onnx: the ExecuTorch lowerings do not carry an acceptance "
+                              "head yet (decode a .pte drafter with a fixed --draft-len K)")
+    head = read_head(accept_head)
+    check_belongs(head, drafter_identity(info.folder), f"the drafter in {info.folder}")
+    return json.loads((head.folder / HEAD_JSON).read_text())
 
 
 def _eos_list(eos) -> list[int]:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omnidraft.errors import ManifestError, ModelFolderError
+from omnidraft.errors import InvalidArgument, ManifestError, ModelFolderError
 from omnidraft.runtime.backends.base import Backend
 from omnidraft.runtime.tokenizer import TokenCodec, load_codec
 
@@ -55,9 +55,14 @@ def check_hf_folder(folder: Path) -> None:
                                "(a model folder needs config.json, model.safetensors and tokenizer.json)")
 
 
-def load_model(path: str | Path, max_seq_len: int | None = None) -> LoadedModel:
+def load_model(path: str | Path, max_seq_len: int | None = None, accept_head: str | Path | None = None) -> LoadedModel:
+    """``accept_head``: an acceptance-head folder to attach to a Hugging Face drafter (one saved in
+    the drafter's own folder, head.json + head.safetensors, is attached without asking)."""
     folder = Path(path)
     if (folder / "manifest.json").is_file():
+        if accept_head is not None:
+            raise InvalidArgument(f"{folder} is an export folder: its acceptance head is part of the graph; "
+                                  f"re-export the drafter with omnidraft export --accept-head {accept_head}")
         return _load_export(folder)
     if folder.is_dir() and (any(folder.glob("*.pte")) or any(folder.glob("*.onnx"))):
         raise ManifestError(f"{folder} holds an exported model but no manifest.json; re-export it with `omnidraft export`")
@@ -66,8 +71,20 @@ def load_model(path: str | Path, max_seq_len: int | None = None) -> LoadedModel:
     from omnidraft.runtime.backends.torch_eager import TorchEagerBackend  # torch only on this path
 
     backend = TorchEagerBackend(folder, max_seq_len)
+    info: dict = {}
+    from omnidraft.runtime.accept_head import HEAD_JSON
+
+    if accept_head is None and (folder / HEAD_JSON).is_file():
+        accept_head = folder
+    if accept_head is not None:
+        from omnidraft.runtime.accept_head import drafter_identity
+        from omnidraft.runtime.head_model import load_head
+
+        head, hinfo = load_head(accept_head, drafter_identity(folder), f"the drafter in {folder}")
+        backend.attach_head(head)
+        info["accept_head"] = str(hinfo.folder)
     eos = _eos_from_config(folder) or set(codec.eos_ids)
-    return LoadedModel(backend, codec, frozenset(eos), folder, "hf")
+    return LoadedModel(backend, codec, frozenset(eos), folder, "hf", info)
 
 
 def _load_export(folder: Path) -> LoadedModel:

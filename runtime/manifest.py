@@ -45,6 +45,7 @@ class Manifest:
     exporter: str = ""               # which lowering path produced the artifact
     source_model: str = ""
     skipped_layers: list[str] = field(default_factory=list)
+    accept_head: dict[str, Any] = field(default_factory=dict)  # head.json of an in-graph acceptance head
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

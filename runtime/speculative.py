@@ -16,6 +16,8 @@ from typing import Callable
 import numpy as np
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
+from omnidraft.runtime.accept_head import NO_HEAD_FIX, log_sigmoid, may_stop, rejection_prob, validate_adaptive
+from omnidraft.runtime.backends.base import has_accept_head
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.sampling import draw, masked_argmax, residual, softmax
@@ -29,18 +31,27 @@ MODES = ("ngram", "dm", "target-only")
 class DecodeConfig:
     max_new_tokens: int = 64
     temperature: float = 0.0
-    draft_len: int = 4
+    draft_len: int | str = 4      # K, or "auto": the drafter's acceptance head decides (issue #6)
     mode: str = "ngram"
     seed: int = 0
     lookbehind: int = 8
+    gamma: float = 0.5            # auto: stop once P(some drafted token is rejected) > gamma
+    max_draft_len: int = 16       # auto: K_max
+
+    @property
+    def adaptive(self) -> bool:
+        return self.draft_len == "auto"
+
+    @property
+    def k_max(self) -> int:
+        return self.max_draft_len if self.adaptive else self.draft_len
 
     def validate(self) -> None:
         if self.mode not in MODES:
             raise InvalidArgument(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
         if self.temperature < 0:
             raise InvalidArgument(f"temperature must be >= 0 (got {self.temperature}); use 0 for greedy decoding")
-        if self.draft_len < 1:
-            raise InvalidArgument(f"draft length K must be >= 1 (got {self.draft_len})")
+        validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
         if self.max_new_tokens < 1:
             raise InvalidArgument(f"max new tokens must be >= 1 (got {self.max_new_tokens})")
 
@@ -115,13 +126,19 @@ class SpeculativeDecoder:
             raise InvalidArgument("the prompt is empty; pass some text with --prompt")
         tgt = self.target
         ctx_p = list(tgt.codec.start_ids) + tgt.codec.encode(prompt)
-        need = len(ctx_p) + cfg.max_new_tokens + cfg.draft_len + 1
+        need = len(ctx_p) + cfg.max_new_tokens + cfg.k_max + 1
         if need > tgt.backend.max_seq_len:
             raise ContextOverflow(f"prompt ({len(ctx_p)} target tokens) + {cfg.max_new_tokens} new tokens + draft "
-                                  f"{cfg.draft_len} needs {need} positions but the target holds {tgt.backend.max_seq_len}; "
+                                  f"{cfg.k_max} needs {need} positions but the target holds {tgt.backend.max_seq_len}; "
                                   "shorten the prompt or lower --max-new-tokens")
         if cfg.mode != "target-only" and self.drafter is None:
             raise InvalidArgument(f"mode {cfg.mode!r} needs a drafter; pass --drafter or use --mode target-only")
+        if cfg.adaptive and cfg.mode != "target-only" and not has_accept_head(self.drafter.backend):
+            be = self.drafter.backend.name
+            why = ("ExecuTorch drafters do not carry an acceptance head yet; use an ONNX or Hugging Face drafter, "
+                   "or a fixed --draft-len K" if be == "executorch" else NO_HEAD_FIX)
+            raise InvalidArgument(f"--draft-len auto needs a drafter with an acceptance head, and {self.drafter.path} "
+                                  f"has none; {why}")
         run = _Run(self, prompt, ctx_p, cfg, on_text, trace)
         run.on_verified = on_verified
         return run.target_only() if cfg.mode == "target-only" else run.speculative()
@@ -205,13 +222,25 @@ class _Run:
         text_pos = len(dctx.text)
         while not self.done:
             # 1) Draft up to k tokens in the drafter's vocabulary (its KV cache holds ids_q[:cached]).
+            #    Adaptive (draft_len "auto"): stop once 1 - prod(P(accept)) > gamma, checked only where the
+            #    draft translates cleanly. A draft ending inside an n-gram (or on a sub-token with no direct
+            #    mapping) would lose its tail in translation and its product would count tokens the target
+            #    never sees, so drafting goes on until the tokens close a target token (or K_max, or the
+            #    tail can no longer become an n-gram); the product over those drafter tokens is then the
+            #    product over the merged target tokens.
             mask = dec._draft_mask(cfg.mode)
             ids_q = dctx.ids
-            k = min(cfg.draft_len, drf.max_seq_len - len(ids_q))
-            feed, draft, q_rows, uniforms = ids_q[drf.cached_len:], [], [], []
+            k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
+            feed, draft, q_rows, uniforms, log_acc, acc_p = ids_q[drf.cached_len:], [], [], [], 0.0, []
             t0 = time.perf_counter()
             for _ in range(k):
-                logits = drf.forward(feed, drf.cached_len)[-1]
+                if cfg.adaptive:
+                    logits, z = drf.forward_with_accept(feed, drf.cached_len)
+                    logits = logits[-1]
+                    log_acc += log_sigmoid(float(z[-1]))
+                    acc_p.append(float(z[-1]))
+                else:
+                    logits = drf.forward(feed, drf.cached_len)[-1]
                 if self.greedy:
                     d = masked_argmax(logits, mask)
                 else:
@@ -221,8 +250,11 @@ class _Run:
                     q_rows.append(q)
                 draft.append(d)
                 feed = [d]
+                if cfg.adaptive and rejection_prob(log_acc) > cfg.gamma and may_stop(
+                        translate(draft, vocab, cache).spans, len(draft), cache.max_len if cache else 1):
+                    break
             st.drafter_seconds += time.perf_counter() - t0
-            st.drafter_calls += k
+            st.drafter_calls += len(draft)
             # 2) Translate to target tokens: cached n-grams (longest first), else the direct map.
             tr = translate(draft, vocab, cache)
             m = len(tr)
@@ -282,5 +314,5 @@ class _Run:
                 self.rounds.append({"draft": draft, "target_ids": tr.target_ids, "spans": tr.spans,
                                     "merged": [k is not None for k in tr.keys], "accepted": j, "extra": extra,
                                     "committed": new, "uniforms": uniforms, "ngram_added": added,
-                                    "drafter_cache_kept": lcp})
+                                    "drafter_cache_kept": lcp, "context": ids_q, "accept_logits": acc_p})
         return self._result(t_start)

@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-top1", type=float, default=None,
                         help=f"parity bar for quantized artifacts: greedy top-1 agreement with their "
                              f"quantized eager reference (default {MIN_TOP1_AGREEMENT})")
+    parser.add_argument("--accept-head", help="onnx drafters: an acceptance-head folder (head.json + head.safetensors, "
+                        "from omnidraft adapt --train-head) built into the graph for --draft-len auto")
     parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
 
 
@@ -35,6 +37,6 @@ def run(args: argparse.Namespace) -> int:
 
     result = export_model(args.model, args.format, args.quant, args.max_seq_len, args.out,
                           embedding_quant=args.embedding_quant, min_top1=args.min_top1, et_path=args.et_path,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, accept_head=args.accept_head)
     print(result.summary())
     return 0

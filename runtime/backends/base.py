@@ -36,6 +36,16 @@ class Backend(Protocol):
         """Drop the whole cache (start a new sequence)."""
 
 
+# Optional capability (adaptive drafting, issue #6). A drafter backend that carries an acceptance
+# head sets ``has_accept_head = True`` and implements
+#     forward_with_accept(token_ids, start_pos) -> (logits [len, vocab], accept_logits [len])
+# with the same cache semantics as ``forward``; accept_logits[r] is the head's logit that the token
+# drafted from logits row r is accepted. Backends without a head need not define either.
+
+def has_accept_head(backend: object) -> bool:
+    return bool(getattr(backend, "has_accept_head", False))
+
+
 def check_forward_args(backend: Backend, token_ids: Sequence[int], start_pos: int) -> None:
     """Shared argument checks; backends call this first so misuse fails the same way everywhere."""
     if start_pos != backend.cached_len:

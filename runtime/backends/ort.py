@@ -19,6 +19,8 @@ from omnidraft.errors import ManifestError, ModelFolderError
 from omnidraft.runtime.backends.base import check_forward_args
 from omnidraft.runtime.manifest import Manifest
 
+ACCEPT_OUTPUT = "accept_logits"
+
 
 class OrtBackend:
     name = "ort"
@@ -46,6 +48,10 @@ class OrtBackend:
         self.max_seq_len = manifest.max_seq_len
         self._past_names = names[1:]
         self._out_names = list(manifest.outputs)
+        # A drafter exported with --accept-head has one more output after the presents (the head
+        # runs inside the graph, so adaptive drafting costs no extra call).
+        self.has_accept_head = ACCEPT_OUTPUT in self._out_names
+        self._n_past = len(self._past_names)
         self._empty = np.zeros((1, manifest.num_kv_heads, 0, manifest.head_dim), dtype=np.float32)
         self.reset()
 
@@ -53,15 +59,25 @@ class OrtBackend:
     def cached_len(self) -> int:
         return self._len
 
-    def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+    def _run(self, token_ids: Sequence[int], start_pos: int) -> list[np.ndarray]:
         check_forward_args(self, token_ids, start_pos)
         feed = {"input_ids": np.asarray(token_ids, dtype=np.int64).reshape(1, -1)}
         # Sliced pasts are views; ORT needs contiguous buffers and copies once here.
         feed.update((n, np.ascontiguousarray(p)) for n, p in zip(self._past_names, self._past))
         out = self.session.run(self._out_names, feed)
-        self._past = out[1:]
+        self._past = out[1:1 + self._n_past]
         self._len = start_pos + len(token_ids)
-        return out[0][0]
+        return out
+
+    def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+        return self._run(token_ids, start_pos)[0][0]
+
+    def forward_with_accept(self, token_ids: Sequence[int], start_pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """Logits and the in-graph acceptance head's logits (see base.py)."""
+        if not self.has_accept_head:
+            raise ValueError("ort: this export has no acceptance head")
+        out = self._run(token_ids, start_pos)
+        return out[0][0], out[-1][0]
 
     def rollback(self, length: int) -> None:
         if not 0 <= length <= self._len:

@@ -32,6 +32,14 @@ class TorchEagerBackend:
         self.max_seq_len = min(max_seq_len or limit, limit)
         self._cache = DynamicCache(config=cfg)
         self._len = 0
+        self.head = None  # AcceptHead, attached by the loader when the drafter has one
+
+    @property
+    def has_accept_head(self) -> bool:
+        return self.head is not None
+
+    def attach_head(self, head) -> None:
+        self.head = head.eval() if head is not None else None
 
     @property
     def cached_len(self) -> int:
@@ -45,6 +53,20 @@ class TorchEagerBackend:
         out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True)
         self._len = start_pos + ids.shape[1]
         return out.logits[0].float().numpy()
+
+    @torch.inference_mode()
+    def forward_with_accept(self, token_ids: Sequence[int], start_pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """Logits and the acceptance head's logits (see base.py), from one drafter call."""
+        if self.head is None:
+            raise ValueError("torch: this drafter has no acceptance head")
+        check_forward_args(self, token_ids, start_pos)
+        ids = torch.tensor([list(token_ids)], dtype=torch.long)
+        pos = torch.arange(start_pos, start_pos + ids.shape[1]).unsqueeze(0)
+        out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True,
+                         output_hidden_states=True)
+        self._len = start_pos + ids.shape[1]
+        accept = self.head(out.hidden_states[-1][0].float())  # hidden_states[-1] is after the final norm
+        return out.logits[0].float().numpy(), accept.numpy().astype(np.float32, copy=False)
 
     def rollback(self, length: int) -> None:
         if not 0 <= length <= self._len:

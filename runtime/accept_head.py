@@ -1,0 +1,166 @@
+"""Adaptive drafting (paper §4, after SpecDec++): the acceptance head's files and identity, and the
+stopping rule the speculative loop applies. Pure Python (json, hashlib, math) so the torch-free
+ONNX Runtime path can check a head and stop drafting without importing torch.
+
+A head is a folder with ``head.json`` (config + the identity of the drafter it was trained on:
+sha256 of the drafter's weights and its hidden size) and ``head.safetensors``. The torch module
+itself is in ``omnidraft.runtime.head_model``.
+
+Stopping rule (Eq. 6/7): after drafting d_1..d_i with predicted conditional acceptances a_1..a_i,
+stop once 1 - prod(a) > gamma, with i in [1, K_max]. Cross-vocabulary: the target verifies
+translated tokens, and a merged n-gram is one target token whose acceptance is the product over
+its drafter sub-tokens, so the product over target tokens equals the product over the drafter
+tokens they cover; the rule is only *applied* where the draft ends on a target-token boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from omnidraft.errors import InvalidArgument, ModelFolderError
+
+HEAD_JSON = "head.json"
+HEAD_WEIGHTS = "head.safetensors"
+FORMAT = "omnidraft.accept_head"
+VERSION = 1
+NO_HEAD_FIX = "export the drafter with --accept-head HEAD, or train one with omnidraft adapt --train-head"
+
+
+class AcceptHeadError(ModelFolderError):
+    """A head file is missing, damaged, or belongs to another drafter."""
+
+
+@dataclass(frozen=True)
+class DrafterIdentity:
+    weights_sha256: str
+    hidden_size: int
+
+    def describe(self) -> str:
+        return f"weights sha256 {self.weights_sha256[:12]}…, hidden size {self.hidden_size}"
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    folder: Path
+    hidden_size: int
+    num_layers: int
+    drafter: DrafterIdentity
+    weights_sha256: str
+    training: dict
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def drafter_identity(folder: str | Path) -> DrafterIdentity:
+    """Identity of a Hugging Face drafter folder; the digest is the one ``omnidraft export``
+    records as ``source_model_sha256`` (one file: its sha256; shards: a digest over name + sha256)."""
+    folder = Path(folder)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        hidden = int(cfg["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelFolderError(f"cannot read the hidden size from {folder / 'config.json'} ({exc}); "
+                               "pass the drafter's Hugging Face folder") from None
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return DrafterIdentity(sha256_file(single), hidden)
+    index = folder / "model.safetensors.index.json"
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelFolderError(f"{folder} has no readable model.safetensors ({exc}); pass a complete drafter folder") from None
+    h = hashlib.sha256()
+    for s in shards:
+        h.update(s.encode() + b"\0" + sha256_file(folder / s).encode())
+    return DrafterIdentity(h.hexdigest(), hidden)
+
+
+def head_folder(path: str | Path) -> Path:
+    """A head is named by its folder or by its head.json."""
+    p = Path(path)
+    return p.parent if p.name == HEAD_JSON else p
+
+
+def read_head(path: str | Path) -> HeadInfo:
+    folder = head_folder(path)
+    meta, weights = folder / HEAD_JSON, folder / HEAD_WEIGHTS
+    if not meta.is_file() or not weights.is_file():
+        raise AcceptHeadError(f"{folder} is not an acceptance head (needs {HEAD_JSON} and {HEAD_WEIGHTS}); "
+                              "train one with omnidraft adapt --train-head")
+    try:
+        d = json.loads(meta.read_text())
+        if d.get("format") != FORMAT or d.get("version") != VERSION:
+            raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
+        info = HeadInfo(folder, int(d["hidden_size"]), int(d["num_layers"]),
+                        DrafterIdentity(str(d["drafter"]["weights_sha256"]), int(d["drafter"]["hidden_size"])),
+                        str(d["weights_sha256"]), dict(d.get("training", {})))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AcceptHeadError(f"{meta} is malformed ({exc}); retrain the head with omnidraft adapt --train-head") from None
+    if sha256_file(weights) != info.weights_sha256:
+        raise AcceptHeadError(f"{weights} does not match {meta} (sha256 differs): it was truncated or replaced; "
+                              "retrain the head with omnidraft adapt --train-head")
+    return info
+
+
+def check_belongs(info: HeadInfo, drafter: DrafterIdentity, where: str) -> None:
+    """Refuse a head trained on another drafter: its features would mean something else."""
+    if info.drafter != drafter or info.hidden_size != drafter.hidden_size:
+        raise AcceptHeadError(
+            f"the acceptance head in {info.folder} belongs to another drafter ({info.drafter.describe()}) "
+            f"than {where} ({drafter.describe()}); train a head for this drafter with omnidraft adapt "
+            "--train-head, or export this drafter with its own head (omnidraft export --accept-head HEAD)")
+
+
+def head_json(hidden_size: int, num_layers: int, drafter: DrafterIdentity, weights_sha256: str,
+              training: dict | None = None) -> dict:
+    return {"format": FORMAT, "version": VERSION, "hidden_size": hidden_size, "num_layers": num_layers,
+            "drafter": {"weights_sha256": drafter.weights_sha256, "hidden_size": drafter.hidden_size},
+            "weights_file": HEAD_WEIGHTS, "weights_sha256": weights_sha256, "training": training or {}}
+
+
+# -- the stopping rule ------------------------------------------------------------------------------
+
+def parse_draft_len(text: str | int) -> int | str:
+    """``--draft-len``: a positive integer K, or ``auto`` (the acceptance head decides)."""
+    if isinstance(text, int) or (isinstance(text, str) and text.strip().lower() == "auto"):
+        return text if isinstance(text, int) else "auto"
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"--draft-len takes a positive integer K or 'auto' (got {text!r})") from None
+
+
+def validate_adaptive(draft_len: int | str, gamma: float, max_draft_len: int) -> None:
+    if draft_len != "auto" and (not isinstance(draft_len, int) or isinstance(draft_len, bool) or draft_len < 1):
+        raise InvalidArgument(f"draft length K must be an integer >= 1 or 'auto' (got {draft_len!r})")
+    if not (isinstance(gamma, (int, float)) and 0.0 < gamma < 1.0):
+        raise InvalidArgument(f"--gamma must be within (0, 1) (got {gamma}); 0.3 stops early, 0.7 drafts longer")
+    if not isinstance(max_draft_len, int) or max_draft_len < 1:
+        raise InvalidArgument(f"--max-draft-len (K_max) must be >= 1 (got {max_draft_len})")
+
+
+def log_sigmoid(z: float) -> float:
+    return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
+
+
+def rejection_prob(log_accept: float) -> float:
+    """P(some drafted token is rejected) = 1 - prod(a), from the running sum of log a."""
+    return -math.expm1(log_accept)
+
+
+def may_stop(spans: list[tuple[int, int]], drafted: int, max_ngram: int) -> bool:
+    """May drafting stop after ``drafted`` tokens? Yes where the translated target tokens cover the
+    whole draft. Also where the untranslated tail is already as long as the longest cached n-gram:
+    no further token can complete it, so drafting on would only waste drafter calls."""
+    covered = spans[-1][1] if spans else 0
+    return covered == drafted or drafted - covered >= max(1, max_ngram)
