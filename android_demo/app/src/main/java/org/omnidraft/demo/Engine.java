@@ -34,8 +34,8 @@ final class Engine {
         ModelFiles tf = ModelFiles.open(root, "target");
         TokenCodec dc = TokenCodec.load(df.tokenizer);
         TokenCodec tc = TokenCodec.load(tf.tokenizer);
-        ExecuTorchModel drafter = new ExecuTorchModel(df.pte, df.vocabSize, df.maxSeqLen);
-        ExecuTorchModel target = new ExecuTorchModel(tf.pte, tf.vocabSize, tf.maxSeqLen);
+        ExecuTorchModel drafter = new ExecuTorchModel(df.pte, df.vocabSize, df.maxSeqLen, df.startPositionOnly);
+        ExecuTorchModel target = new ExecuTorchModel(tf.pte, tf.vocabSize, tf.maxSeqLen, tf.startPositionOnly);
         File seed = new File(root, "ngram-cache.json");
         File source = cacheFile.isFile() ? cacheFile : (seed.isFile() ? seed : null);
         NgramCache cache;

@@ -7,10 +7,12 @@ import org.pytorch.executorch.Module;
 import org.pytorch.executorch.Tensor;
 
 /**
- * A {@code .pte} from {@code omnidraft export --format executorch}: one method
- * {@code forward(input_ids[1,k] int64, cache_position[k] int64) -> logits[1,k,V] float32} with the
- * KV cache inside the program. Writing at position p overwrites cache rows from p on and the causal
- * mask hides later ones, so rollback is bookkeeping (as in runtime/backends/executorch.py).
+ * A {@code .pte} from {@code omnidraft export --format executorch}: one method with the KV cache
+ * inside the program, either {@code forward(tokens[1,k] int64, input_pos[1] int64)} (ExecuTorch's
+ * LLM lowering, the default for Llama/Qwen2) or {@code forward(input_ids[1,k] int64,
+ * cache_position[k] int64)} (static-cache lowering), both returning {@code logits[1,k,V] float32}.
+ * Writing at position p overwrites cache rows from p on and attention sees only earlier ones, so
+ * rollback is bookkeeping (as in runtime/backends/executorch.py).
  *
  * <p>Uses only ExecuTorch's documented Java API: Module.load, Module.forward, EValue.from,
  * EValue.toTensor, Tensor.fromBlob, Tensor.getDataAsFloatArray, Tensor.shape, Module.destroy.
@@ -18,12 +20,14 @@ import org.pytorch.executorch.Tensor;
 final class ExecuTorchModel implements Model {
     private final Module module;
     private final int vocab, maxSeqLen;
+    private final boolean startPositionOnly;
     private int cached;
 
-    ExecuTorchModel(File pte, int vocabSize, int maxSeqLen) {
+    ExecuTorchModel(File pte, int vocabSize, int maxSeqLen, boolean startPositionOnly) {
         this.module = Module.load(pte.getAbsolutePath(), Module.LOAD_MODE_MMAP);
         this.vocab = vocabSize;
         this.maxSeqLen = maxSeqLen;
+        this.startPositionOnly = startPositionOnly;
     }
 
     @Override public int vocabSize() { return vocab; }
@@ -38,14 +42,12 @@ final class ExecuTorchModel implements Model {
             throw new IllegalStateException("positions " + startPos + ".." + (startPos + k) + " do not fit the exported cache of " + maxSeqLen);
         }
         long[] ids = new long[k];
-        long[] pos = new long[k];
-        for (int i = 0; i < k; i++) {
-            ids[i] = tokens[i];
-            pos[i] = startPos + i;
-        }
+        for (int i = 0; i < k; i++) ids[i] = tokens[i];
+        long[] pos = new long[startPositionOnly ? 1 : k];
+        for (int i = 0; i < pos.length; i++) pos[i] = startPos + i;
         EValue[] out = module.forward(
                 EValue.from(Tensor.fromBlob(ids, new long[] {1, k})),
-                EValue.from(Tensor.fromBlob(pos, new long[] {k})));
+                EValue.from(Tensor.fromBlob(pos, new long[] {pos.length})));
         Tensor logits = out[0].toTensor();
         long[] shape = logits.shape();
         int width = (int) shape[shape.length - 1];

@@ -26,6 +26,13 @@ final class ModelFiles {
     final File pte, tokenizer;
     final int vocabSize, maxSeqLen;
     final Set<Integer> eosIds = new HashSet<Integer>();
+    /**
+     * True for programs of ExecuTorch's LLM lowering (manifest inputs {@code ["tokens", "input_pos"]},
+     * the default of {@code omnidraft export --et-path auto} for Llama/Qwen2): they take the start
+     * position as a one-element tensor. Otherwise (the static-cache lowering) they take one position
+     * per token. Mirrors runtime/backends/executorch.py.
+     */
+    boolean startPositionOnly;
 
     private ModelFiles(String role, File dir, File pte, File tokenizer, int vocabSize, int maxSeqLen) {
         this.role = role;
@@ -72,6 +79,8 @@ final class ModelFiles {
             }
             ModelFiles f = new ModelFiles(role, dir, pte, tok, (int) Json.asLong(m.get("vocab_size"), "vocab_size"),
                     (int) Json.asLong(m.get("max_seq_len"), "max_seq_len"));
+            List<Object> inputs = Json.asArray(m.get("inputs"), "inputs");
+            f.startPositionOnly = inputs.size() >= 2 && "tokens".equals(inputs.get(0)) && "input_pos".equals(inputs.get(1));
             Object eos = m.get("eos_token_ids");
             if (eos != null) for (Object e : Json.asArray(eos, "eos_token_ids")) f.eosIds.add((int) Json.asLong(e, "eos id"));
             return f;
