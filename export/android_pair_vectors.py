@@ -39,9 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from omnidraft.errors import ModelFolderError
 from omnidraft.export.android_loop_vectors import Recorder, open_cache, record_run
 from omnidraft.runtime.ngram_cache import NgramCache
+
+from omnidraft.errors import ModelFolderError
 
 FLOOR = np.float32(-1e4)
 TOP_N = 32

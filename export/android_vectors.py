@@ -13,8 +13,6 @@ Two kinds, written as small JSON files that the Java tests replay and must match
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import random
 import tempfile
 from pathlib import Path
@@ -163,17 +161,10 @@ def tokenizer_vectors(name: str, path: Path | None = None, seed: int = 8) -> dic
 
 
 def write_json_atomic(path: Path, obj: object) -> None:
+    from omnidraft.atomic import write_json
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=True, separators=(",", ":"))
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(path, obj, compact=True)  # ASCII-only, compact: small files that diff as one line each
 
 
 def write_tokenizer_vectors(out_dir: Path = VECTOR_DIR, names: tuple[str, ...] = TOKENIZERS) -> list[Path]:

@@ -16,12 +16,12 @@ import sys
 
 import numpy as np
 import pytest
-from tiny_models import make_tiny_model
 
 from omnidraft.export import android_pair_vectors as apv
 from omnidraft.export import android_vectors as av
 from omnidraft.runtime.sampling import softmax
 from omnidraft.runtime.tokenizer import load_codec
+from tiny_models import make_tiny_model
 
 COMMITTED = av.VECTOR_DIR / av.PAIR_FILE
 

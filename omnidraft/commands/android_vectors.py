@@ -22,7 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from omnidraft.errors import InvalidArgument
-    from omnidraft.export.android_vectors import write_loop_vectors, write_pair_vectors, write_tokenizer_vectors
+    from omnidraft.export.android_vectors import (
+        write_loop_vectors,
+        write_pair_vectors,
+        write_tokenizer_vectors,
+    )
 
     if args.top_n is not None and not 1 <= args.top_n <= 4096:
         raise InvalidArgument(f"--top-n must be between 1 and 4096 (got {args.top_n}); 32 keeps the files small")
