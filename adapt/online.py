@@ -50,12 +50,28 @@ class AdaptConfig:
     top_k: int = TOP_K
     distill_temperature: float = 1.0  # temperature of the target distribution p in the KL term
     seed: int = 0
+    # Adaptive drafting (issue #6): draft_len "auto" decodes with the acceptance head; train_head
+    # trains it online (joint or interleaved); loss "none" keeps the drafter frozen (head only).
+    gamma: float = 0.5
+    max_draft_len: int = 16
+    train_head: bool = False
+    head_variant: str = "joint"
+    head_lr: float = 1e-3
+    head_reject_weight: float = 1.0
+    head_steps: int = 4
+    head_replay: int = 64
+    head_batch: int = 8
 
     def validate(self) -> None:
         if self.mode not in ("lora", "full"):
             raise InvalidArgument(f"unknown adaptation mode {self.mode!r}; use lora or full")
-        if self.loss not in LOSSES:
-            raise InvalidArgument(f"unknown --loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
+        if self.loss not in LOSSES and self.loss != "none":
+            raise InvalidArgument(f"unknown --loss {self.loss!r}; choose one of {', '.join(LOSSES)}, none")
+        if self.loss == "none" and not self.train_head:
+            raise InvalidArgument("--loss none trains nothing; add --train-head to train the acceptance head only")
+        from omnidraft.runtime.accept_head import validate_adaptive
+
+        validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
         for name in ("every", "steps_per_update", "seq_len", "max_new_tokens", "guard_window", "publish_every", "top_k"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
@@ -82,6 +98,8 @@ class StreamLog:
     decode_seconds: float = 0.0
     train_seconds: float = 0.0
     publish_seconds: float = 0.0
+    head_predicted: list[float] = field(default_factory=list)  # per observed target token (calibration)
+    head_observed: list[float] = field(default_factory=list)
 
 
 class OnlineAdapter:
@@ -112,7 +130,19 @@ class OnlineAdapter:
         self.collector = Collector(self.decoder.drafter.codec, self.decoder.target.codec, vocab,
                                    k=cfg.top_k, temperature=cfg.distill_temperature)
         self.dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, draft_len=cfg.draft_len,
-                                 mode="ngram", seed=cfg.seed)
+                                 mode="ngram", seed=cfg.seed, gamma=cfg.gamma, max_draft_len=cfg.max_draft_len)
+        self.head = self.head_collector = None
+        self._last_head = None
+        if cfg.train_head:
+            from .head import HeadCollector, HeadTrainer, initial_head
+
+            drf = self.decoder.drafter.backend
+            module = initial_head(drf, self.dir / "drafter", self.resumed)
+            drf.attach_head(module)
+            self.head = HeadTrainer(module, cfg.head_variant, cfg.head_lr, cfg.head_reject_weight, cfg.head_steps,
+                                    cfg.head_replay, cfg.head_batch, self.dcfg.temperature, cfg.seed,
+                                    lm_head=base.get_output_embeddings())
+            self.head_collector = HeadCollector(drf, self.dcfg.temperature)
         self.initial = self.trainer.snapshot()
         self.initial_cache = self._cache_copy()
         self.published = self.initial
@@ -127,17 +157,34 @@ class OnlineAdapter:
     # -- the stream ---------------------------------------------------------------------------
     def decode(self, prompt: str) -> Record | None:
         self.collector.start(prompt)
+        hc, self._last_head = self.head_collector, None
+        on_verified = self.collector.on_verified
+        if hc is not None:
+            hc.start()
+
+            def on_verified(tokens, rows):
+                self.collector.on_verified(tokens, rows)
+                hc.on_verified(tokens, rows)
         try:
-            r = self.decoder.generate(prompt, self.dcfg, on_verified=self.collector.on_verified)
+            r = self.decoder.generate(prompt, self.dcfg, on_verified=on_verified, trace=hc is not None)
         except ContextOverflow:
             self.log.skipped_prompts += 1
             return None
+        finally:
+            if hc is not None:
+                hc.backend.recorder = None
+        if hc is not None:
+            self._last_head = h = hc.finish(r)
+            if h is not None:
+                self.log.head_predicted.extend(h.predicted.tolist())
+                self.log.head_observed.extend(h.observed.tolist())
         return self.collector.finish(r.stats.accepted, r.stats.proposed)
 
     def run(self, prompts: list[str], on_prompt: Callable[[int, Record | None], None] | None = None) -> StreamLog:
         if not prompts:
             raise InvalidArgument("the stream has no prompts")
         buf: list[Record] = []
+        hbuf: list = []  # the acceptance head's records of the same prompts
         window: deque[str] = deque(maxlen=self.cfg.guard_window)
         for i, prompt in enumerate(prompts):
             t0 = time.perf_counter()
@@ -146,16 +193,21 @@ class OnlineAdapter:
             if rec is not None:
                 self._note(rec)
                 buf.append(rec)
+                hbuf.append(self._last_head)
                 window.append(prompt)
             if on_prompt is not None:
                 on_prompt(i, rec)
             if len(buf) == self.cfg.every:
-                self.update(buf)
-                buf = []
+                self.update(buf, hbuf)
+                buf, hbuf = [], []
                 if self.updates % self.cfg.publish_every == 0:
                     self.publish(list(window))
+            elif self.head is not None:
+                t1 = time.perf_counter()
+                self.head.after_prompt(self._last_head, i)
+                self.log.train_seconds += time.perf_counter() - t1
         if buf:
-            self.update(buf)
+            self.update(buf, hbuf)
         self.publish(list(window), final=True)
         self.log.events.extend(self.trainer.events)
         return self.log
@@ -171,15 +223,17 @@ class OnlineAdapter:
         if len(rec.dm_rows):
             lg.topk_mass.append(rec.topk_mass)
 
-    def update(self, records: list[Record]) -> None:
+    def update(self, records: list[Record], head_records: list | None = None) -> None:
         t0 = time.perf_counter()
         self.updates += 1
-        for s in range(self.cfg.steps_per_update):
+        for s in range(self.cfg.steps_per_update if self.cfg.loss != "none" else 0):
             res = self.trainer.step(records, self.updates)
             self.log.losses.append({"update": self.updates, "step": s, "loss": res.loss, "applied": res.applied,
                                     "positions": res.positions, "engine": self.trainer.engine})
             if not res.applied:
                 break
+        if self.head is not None:
+            self.head.on_update(head_records or [], self.updates)
         self.log.train_seconds += time.perf_counter() - t0
 
     # -- guarded publish ----------------------------------------------------------------------
@@ -218,12 +272,22 @@ class OnlineAdapter:
         if self.cfg.mode == "lora":
             delta.save_adapter(self.model, self.dir / "adapter", self.ident, info)
         delta.write_merged(self.model, self.drafter_path, self.dir / "drafter", self.ident, info)
+        if self.head is not None:  # beside the merged weights it was trained on; loaders attach it
+            from .head import save_for
+
+            save_for(self.head, self.dir / "drafter", info)
         self.published = weights
 
     def export(self) -> dict[str, str]:
         """Re-lower the published merged drafter through `omnidraft export` (parity gate included)."""
         out = {}
         for fmt in self.cfg.export_formats:
+            if self.head is not None and fmt == "onnx":  # the head goes inside the graph
+                from .head import export_with_head
+
+                path = export_with_head(self.dir / "drafter", self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len)
+                out[fmt] = str(path)
+                continue
             path = delta.export_merged(self.dir / "drafter", fmt, self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len)
             out[fmt] = str(path)
         return out

@@ -106,5 +106,18 @@ def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: Adapt
         "seconds": {"decode": round(log.decode_seconds, 1), "train": round(log.train_seconds, 1),
                     "publish": round(log.publish_seconds, 1), "total": round(time.perf_counter() - t_start, 1)},
     }
+    if ad.head is not None:
+        from .head import calibration, plot_calibration
+
+        import numpy as np
+
+        cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))
+        result["head"] = {"variant": cfg.head_variant, "updates": len(ad.head.losses), "losses": ad.head.losses,
+                          "calibration": cal, "observed_target_tokens": len(log.head_observed),
+                          "file": str(ad.dir / "drafter" / "head.json")}
+        out.mkdir(parents=True, exist_ok=True)
+        if plot_calibration({f"{cfg.head_variant} (during the stream)": cal}, out / "calibration.png",
+                            f"acceptance head calibration, {stream}"):
+            result["head"]["plot"] = str(out / "calibration.png")
     result["files"] = reporting.write(out, result, log.accepted, log.proposed, cfg.every)
     return result

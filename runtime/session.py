@@ -10,11 +10,12 @@ from omnidraft.runtime.speculative import SpeculativeDecoder
 
 
 def open_pair(target: Path, drafter: Path | None, cache_path: Path | None = None,
-              cache_capacity: int | None = None, policy: str = "lfu") -> SpeculativeDecoder:
+              cache_capacity: int | None = None, policy: str = "lfu",
+              accept_head: Path | None = None) -> SpeculativeDecoder:
     tgt = load_model(target)
     if drafter is None:
         return SpeculativeDecoder(tgt)
-    drf = load_model(drafter)
+    drf = load_model(drafter, accept_head=accept_head)
     args = (drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size)
     if cache_path is not None and Path(cache_path).is_file():
         cache = NgramCache.load(cache_path, *args, tgt.backend.vocab_size, capacity=cache_capacity, policy=policy)

@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", type=Path, help="per-target state (adapter, merged drafter, n-gram cache); default OUT/state")
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--full-ft", action="store_true", help="fine-tune all drafter weights (eager) instead of LoRA")
-    p.add_argument("--loss", default="hybrid", help="hybrid (reverse KL on DM tokens + 0.2 NLL on n-grams) | dm")
+    p.add_argument("--loss", default="hybrid", help="hybrid (reverse KL on DM tokens + 0.2 NLL on n-grams) | dm | "
+                   "none (drafter frozen; with --train-head, the acceptance head only)")
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per drafter update (= batch size)")
     p.add_argument("--steps-per-update", type=int, default=1)
     p.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-4 LoRA, 2e-5 full FT)")
@@ -27,7 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="executorch", help="LoRA gradients from executorch (training runtime) | eager")
     p.add_argument("--seq-len", type=int, default=256, help="drafter tokens per training row (program shape)")
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--draft-len", type=int, default=4, metavar="K")
+    p.add_argument("--draft-len", default="4", metavar="K", help="drafter tokens per round, or 'auto' (acceptance head)")
+    p.add_argument("--gamma", type=float, default=0.5, help="auto: stop drafting once P(a rejection) > gamma, in (0, 1)")
+    p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft")
+    p.add_argument("--train-head", action="store_true",
+                   help="train the acceptance head online (saved beside the merged drafter as head.json/head.safetensors)")
+    p.add_argument("--head-variant", default="joint", help="joint (a head step with each drafter update) | "
+                   "interleaved (head steps between updates from a FIFO replay buffer)")
+    p.add_argument("--head-lr", type=float, default=1e-3)
+    p.add_argument("--head-reject-weight", type=float, default=1.0, help="BCE weight of rejected tokens (SpecDec++: 6)")
     p.add_argument("--train-limit", type=int, help="use only the first N prompts of the train stream")
     p.add_argument("--eval-split", default="test", help="held-out split for before/after acceptance ('none' to skip)")
     p.add_argument("--eval-limit", type=int, help="use only the first N held-out prompts")
@@ -51,15 +60,19 @@ def run(args: argparse.Namespace) -> int:
     from omnidraft.adapt.online import AdaptConfig
     from omnidraft.adapt.run import adapt_stream
 
+    from omnidraft.runtime.accept_head import parse_draft_len
+
     formats = tuple(f for f in args.export.split(",") if f)
     bad = [f for f in formats if f not in ("onnx", "executorch")]
     if bad:
         raise InvalidArgument(f"unknown --export format(s) {', '.join(bad)}; use onnx and/or executorch")
     cfg = AdaptConfig(mode="full" if args.full_ft else "lora", loss=args.loss, rank=args.lora_rank, every=args.every,
                       steps_per_update=args.steps_per_update, lr=args.lr, engine=args.engine, seq_len=args.seq_len,
-                      max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, guard_window=args.guard_window,
+                      max_new_tokens=args.max_new_tokens, draft_len=parse_draft_len(args.draft_len), guard_window=args.guard_window,
                       guard_margin=args.guard_margin, publish_every=args.publish_every, export_formats=formats,
-                      distill_temperature=args.distill_temperature, seed=args.seed)
+                      distill_temperature=args.distill_temperature, seed=args.seed, gamma=args.gamma,
+                      max_draft_len=args.max_draft_len, train_head=args.train_head, head_variant=args.head_variant,
+                      head_lr=args.head_lr, head_reject_weight=args.head_reject_weight)
     split = None if args.eval_split in ("none", "") else args.eval_split
     result = adapt_stream(args.drafter, args.target, args.stream, args.out, cfg, args.state, args.train_limit,
                           split, args.eval_limit)

@@ -16,7 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (lossless, token-exact)")
-    p.add_argument("--draft-len", type=int, default=4, metavar="K")
+    p.add_argument("--draft-len", default="4", metavar="K", help="drafter tokens per round, or 'auto': the drafter's "
+                   "acceptance head stops drafting once P(a rejection) > --gamma")
+    p.add_argument("--gamma", type=float, default=0.5, help="auto: stopping threshold in (0, 1) (paper: 0.3 text, 0.7 code/math)")
+    p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft (default 16)")
+    p.add_argument("--accept-head", type=Path, help="acceptance-head folder to attach to a Hugging Face drafter "
+                   "(one saved in the drafter folder is attached anyway; export folders carry theirs in the graph)")
     p.add_argument("--mode", default="ngram", help="ngram (full method) | dm (direct mapping only) | target-only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", type=Path, help="n-gram cache file of this pair: loaded if present, saved after the run")
@@ -25,14 +30,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from omnidraft.runtime.accept_head import parse_draft_len
     from omnidraft.runtime.session import open_pair, save_cache
     from omnidraft.runtime.speculative import DecodeConfig
 
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                       draft_len=args.draft_len, mode=args.mode, seed=args.seed)
+                       draft_len=parse_draft_len(args.draft_len), mode=args.mode, seed=args.seed, gamma=args.gamma,
+                       max_draft_len=args.max_draft_len)
     cfg.validate()
     decoder = open_pair(args.target, None if args.mode == "target-only" else args.drafter,
-                        cache_path=args.cache, cache_capacity=args.cache_capacity)
+                        cache_path=args.cache, cache_capacity=args.cache_capacity, accept_head=args.accept_head)
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     result = decoder.generate(args.prompt, cfg, on_text=stream)
     if args.cache is not None and decoder.cache is not None:
@@ -45,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         "ngram_cache_size": len(decoder.cache) if decoder.cache is not None else 0,
         "new_tokens": st.new_tokens, "seconds": round(st.seconds, 4),
         "overhead_fraction": round(st.overhead_fraction, 4), "mode": cfg.mode,
+        "draft_len": cfg.draft_len, "drafter_calls_per_step": round(st.drafter_calls / st.steps, 4) if st.steps else 0.0,
     }
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))

@@ -33,6 +33,9 @@ class TorchEagerBackend:
         self._cache = DynamicCache(config=cfg)
         self._len = 0
         self.head = None  # AcceptHead, attached by the loader when the drafter has one
+        # Online head training (omnidraft.adapt.head) sets a list here: every call then appends the
+        # final normed hidden state of its last row, the features of the token drafted from it.
+        self.recorder: list[torch.Tensor] | None = None
 
     @property
     def has_accept_head(self) -> bool:
@@ -50,8 +53,12 @@ class TorchEagerBackend:
         check_forward_args(self, token_ids, start_pos)
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
         pos = torch.arange(start_pos, start_pos + ids.shape[1]).unsqueeze(0)
-        out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True)
+        rec = self.recorder is not None
+        out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True,
+                         output_hidden_states=rec)
         self._len = start_pos + ids.shape[1]
+        if rec:
+            self.recorder.append(out.hidden_states[-1][0, -1].float().clone())
         return out.logits[0].float().numpy()
 
     @torch.inference_mode()
@@ -65,7 +72,10 @@ class TorchEagerBackend:
         out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True,
                          output_hidden_states=True)
         self._len = start_pos + ids.shape[1]
-        accept = self.head(out.hidden_states[-1][0].float())  # hidden_states[-1] is after the final norm
+        hidden = out.hidden_states[-1][0].float()  # hidden_states[-1] is after the final norm
+        if self.recorder is not None:
+            self.recorder.append(hidden[-1].clone())
+        accept = self.head(hidden)
         return out.logits[0].float().numpy(), accept.numpy().astype(np.float32, copy=False)
 
     def rollback(self, length: int) -> None:

@@ -1,0 +1,279 @@
+"""Online training of the acceptance head (paper §4.2, Algorithms 3/4), cross-vocabulary.
+
+Data, per decoded prompt, with no extra target call:
+* features: the drafter backend records the final normed hidden state of the row each drafted token
+  came from (``TorchEagerBackend.recorder``), i.e. the head's input at decode time;
+* target-space labels: the loop's trace gives each round's draft, its translation spans and how many
+  target tokens were accepted; ``on_verified`` gives the verification rows of the committed tokens,
+  which include the row of the first rejected proposal. So the observed target positions of a round
+  are the accepted ones plus the first rejection (acceptance is conditional on the earlier ones).
+  Label of target token t at such a position: min(1, p(t)/q'(t)) at the decoding temperature, where
+  q'(t) is the product of the drafter's sub-token probabilities (a merged n-gram). At temperature 0
+  both distributions are one-hot in the limit and the label is 1 exactly when t was accepted.
+
+Loss: weighted BCE on the *target-token* probability P(t) = prod_i sigmoid(z_i) over its drafter
+sub-tokens, so the head learns per drafter token what the loop uses per target token.
+
+Variants: ``joint`` steps the head on each distillation batch right after the drafter update;
+``interleaved`` pushes each batch into a FIFO replay buffer and steps the head after every prompt
+that is not an update, on a random batch from it. Labels are recomputed with the current drafter's
+lm_head; features are the ones recorded at decode time (recomputing them would need a drafter
+pass over every past round's context).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.head_model import AcceptHead
+
+VARIANTS = ("joint", "interleaved")
+# SpecDec++ weights rejected tokens 6:1 because its same-vocabulary drafts are mostly accepted; here
+# most cross-vocabulary proposals are rejected (acceptance ~0.2-0.4), so the default is unweighted
+# (calibrated probabilities, which the gamma rule and the calibration plot read as such).
+REJECT_WEIGHT = 1.0
+
+
+@dataclass
+class HeadRecord:
+    feats: torch.Tensor          # float32 [N, H] features of the drafted tokens at observed positions
+    tokens: torch.Tensor         # int64 [N] the drafted drafter tokens
+    group: torch.Tensor          # int64 [N] index of the target token each drafter token belongs to
+    p_target: torch.Tensor       # float32 [G] p(t) at the decoding temperature (1/0 at temperature 0)
+    observed: np.ndarray         # float32 [G] 1 = accepted, 0 = rejected
+    predicted: np.ndarray        # float32 [G] the head's P(accept) at decode time (nan: not predicted)
+
+    @property
+    def size(self) -> int:
+        return int(self.p_target.numel())
+
+
+class HeadCollector:
+    """Per prompt: ``start`` before decoding, ``on_verified`` from the loop, ``finish(result)`` after
+    (the decode must run with ``trace=True``)."""
+
+    def __init__(self, backend, temperature: float = 0.0) -> None:
+        if not hasattr(backend, "recorder"):
+            raise InvalidArgument("head training needs the drafter's Hugging Face folder (an eager backend)")
+        self.backend, self.temperature = backend, temperature
+        self.rows: list[np.ndarray] = []
+        self.recorded: list[torch.Tensor] = []
+
+    def start(self) -> None:
+        self.backend.recorder = self.recorded = []
+        self.rows = []
+
+    def on_verified(self, tokens: list[int], rows: np.ndarray) -> None:
+        self.rows.append(rows)
+
+    def finish(self, result) -> HeadRecord | None:
+        rec, self.backend.recorder = self.recorded, None
+        feats, toks, group, p_t, obs, pred = [], [], [], [], [], []
+        offset = 0
+        for rnd, rows in zip(result.rounds, self.rows):
+            draft, spans, acc = rnd["draft"], rnd["spans"], rnd["accepted"]
+            z = rnd.get("accept_logits") or []
+            n_obs = min(len(spans), len(rows), acc + 1)
+            for j in range(n_obs):
+                a, b = spans[j]
+                g = len(p_t)
+                for i in range(a, b):
+                    feats.append(rec[offset + i])
+                    toks.append(draft[i])
+                    group.append(g)
+                p_t.append(_target_prob(rows[j], rnd["target_ids"][j], self.temperature))
+                obs.append(1.0 if j < acc else 0.0)
+                pred.append(math.exp(sum(_logsig(z[i]) for i in range(a, b))) if len(z) >= b else float("nan"))
+            offset += len(draft)
+        if not p_t:
+            return None
+        return HeadRecord(torch.stack(feats).detach().clone(), torch.tensor(toks), torch.tensor(group),
+                          torch.tensor(p_t, dtype=torch.float32), np.asarray(obs, np.float32), np.asarray(pred, np.float32))
+
+
+def _logsig(z: float) -> float:
+    return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
+
+
+def _target_prob(row: np.ndarray, t: int, temperature: float) -> float:
+    if temperature == 0:
+        return 1.0 if int(np.argmax(row)) == t else 0.0
+    z = row.astype(np.float64) / temperature
+    z -= z.max()
+    return float(np.exp(z[t]) / np.exp(z).sum())
+
+
+def labels(rec: HeadRecord, lm_head: torch.nn.Module | None, temperature: float) -> torch.Tensor:
+    """min(1, p(t)/q'(t)) per target token, q' from the current drafter (product over sub-tokens)."""
+    if temperature == 0 or lm_head is None:
+        return rec.p_target.clamp(0.0, 1.0)
+    with torch.no_grad():
+        logq = torch.log_softmax(lm_head(rec.feats).float() / temperature, dim=-1)
+        lq = logq.gather(-1, rec.tokens[:, None]).squeeze(-1)
+        log_qprime = torch.zeros(rec.size).index_add(0, rec.group, lq)
+    return torch.minimum(torch.ones(()), rec.p_target / log_qprime.exp().clamp_min(1e-30))
+
+
+def head_loss(head: AcceptHead, feats: torch.Tensor, group: torch.Tensor, n_groups: int, label: torch.Tensor,
+              reject_weight: float = REJECT_WEIGHT) -> torch.Tensor:
+    """Weighted BCE on P(target token accepted) = prod sigmoid(z) over its drafter sub-tokens."""
+    logp = torch.zeros(n_groups).index_add(0, group, torch.nn.functional.logsigmoid(head(feats)))
+    log1m = torch.log((-torch.expm1(logp)).clamp_min(1e-7))  # log(1 - P), stable for P -> 1
+    w = label + reject_weight * (1.0 - label)
+    return -(label * logp + reject_weight * (1.0 - label) * log1m).sum() / w.sum().clamp_min(1e-6)
+
+
+@dataclass
+class HeadTrainer:
+    head: AcceptHead
+    variant: str = "joint"
+    lr: float = 1e-3
+    reject_weight: float = REJECT_WEIGHT
+    steps: int = 4                 # head steps per joint update / per interleaved prompt
+    replay: int = 64               # interleaved: FIFO buffer size in prompts (paper's N)
+    batch: int = 8                 # interleaved: prompts per sampled batch (paper's B)
+    temperature: float = 0.0
+    seed: int = 0
+    lm_head: torch.nn.Module | None = None
+    losses: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise InvalidArgument(f"unknown --head-variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+        if not self.lr > 0 or self.reject_weight <= 0 or min(self.steps, self.replay, self.batch) < 1:
+            raise InvalidArgument("--head-lr and --head-reject-weight must be > 0, head steps/replay/batch >= 1")
+        self.opt = torch.optim.AdamW(self.head.parameters(), lr=self.lr, weight_decay=0.0)
+        self.buffer: deque[HeadRecord] = deque(maxlen=self.replay)
+        self.rng = np.random.default_rng(self.seed)
+
+    def step(self, records: list[HeadRecord], tag: dict | None = None) -> float | None:
+        records = [r for r in records if r is not None and r.size]
+        if not records:
+            return None
+        feats = torch.cat([r.feats for r in records])
+        offsets = np.cumsum([0] + [r.size for r in records[:-1]])
+        group = torch.cat([r.group + int(o) for r, o in zip(records, offsets)])
+        label = torch.cat([labels(r, self.lm_head, self.temperature) for r in records])
+        self.head.train()
+        value = 0.0
+        for _ in range(self.steps):
+            self.opt.zero_grad()
+            loss = head_loss(self.head, feats, group, label.numel(), label, self.reject_weight)
+            if not torch.isfinite(loss):
+                break
+            loss.backward()
+            self.opt.step()
+            value = float(loss.detach())
+        self.head.eval()
+        self.losses.append({**(tag or {}), "variant": self.variant, "loss": round(value, 5), "targets": label.numel()})
+        return value
+
+    def after_prompt(self, rec: HeadRecord | None, prompt_index: int) -> None:
+        """Interleaved: between distillation updates, a step on a replay batch."""
+        if self.variant == "interleaved" and self.buffer:
+            pick = self.rng.choice(len(self.buffer), size=min(self.batch, len(self.buffer)), replace=False)
+            self.step([self.buffer[int(i)] for i in pick], {"prompt": prompt_index})
+
+    def on_update(self, records: list[HeadRecord | None], update: int) -> None:
+        """At a distillation update (every I prompts): joint steps on this batch; interleaved
+        pushes it into the replay buffer (oldest evicted)."""
+        if self.variant == "joint":
+            self.step(list(records), {"update": update})
+        else:
+            self.buffer.extend(r for r in records if r is not None and r.size)
+
+
+def calibration(predicted: np.ndarray, observed: np.ndarray, bins: int = 10) -> list[dict]:
+    """Predicted vs observed acceptance in equal-width probability bins (target tokens)."""
+    keep = np.isfinite(predicted)
+    p, o = predicted[keep], observed[keep]
+    out = []
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        sel = (p >= lo) & ((p < hi) if b < bins - 1 else (p <= hi))
+        if sel.any():
+            out.append({"bin": [round(lo, 3), round(hi, 3)], "count": int(sel.sum()),
+                        "predicted": round(float(p[sel].mean()), 4), "observed": round(float(o[sel].mean()), 4)})
+    return out
+
+
+def plot_calibration(curves: dict[str, list[dict]], path, title: str) -> bool:
+    """Reliability diagram: one line per curve, the diagonal is perfect calibration."""
+    if not any(curves.values()):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from omnidraft.atomic import save_figure
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="perfect calibration")
+    for name, pts in curves.items():
+        if pts:
+            ax.plot([p["predicted"] for p in pts], [p["observed"] for p in pts], marker="o", label=name)
+    ax.set_xlabel("predicted P(accept) of a target token")
+    ax.set_ylabel("observed acceptance")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+    return True
+
+
+def initial_head(backend, merged: "Path", resumed: bool) -> AcceptHead:
+    """Resume the head published beside a resumed adapter's merged drafter; else start from the
+    head the drafter folder came with; else a fresh one."""
+    import copy
+    from pathlib import Path
+
+    from omnidraft.runtime.accept_head import HEAD_JSON
+    from omnidraft.runtime.head_model import load_head
+
+    if resumed and (Path(merged) / HEAD_JSON).is_file():
+        return load_head(merged)[0]
+    if getattr(backend, "head", None) is not None:
+        return copy.deepcopy(backend.head)
+    return AcceptHead(int(backend.model.config.hidden_size))
+
+
+def save_for(trainer: HeadTrainer, drafter_folder, info: dict | None = None) -> None:
+    """Write the head beside a published drafter, tied to that drafter's weights."""
+    from omnidraft.runtime.accept_head import drafter_identity
+    from omnidraft.runtime.head_model import save_head
+
+    save_head(trainer.head, drafter_folder, drafter_identity(drafter_folder),
+              {**(info or {}), "variant": trainer.variant, "lr": trainer.lr, "reject_weight": trainer.reject_weight,
+               "head_updates": len(trainer.losses)})
+
+
+def export_with_head(drafter_folder, folder, max_seq_len: int, quant: str = "fp32"):
+    """Re-lower a published drafter with its head in the ONNX graph; swapped in only after the gate."""
+    import shutil
+    from pathlib import Path
+
+    from omnidraft.export.pipeline import export_model
+
+    from .delta import new_temp_dir, recover_dir, replace_dir
+
+    final = Path(folder)
+    recover_dir(final)
+    tmp = new_temp_dir(final)
+    try:
+        export_model(drafter_folder, "onnx", quant, max_seq_len, tmp, progress=False, accept_head=drafter_folder)
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
