@@ -61,6 +61,7 @@ class AdaptConfig:
     head_steps: int = 4
     head_replay: int = 64
     head_batch: int = 8
+    tune_gamma: bool = False      # auto: adjust gamma per prompt from measured tokens/s (runtime.gamma)
 
     def validate(self) -> None:
         if self.mode not in ("lora", "full"):
@@ -133,6 +134,11 @@ class OnlineAdapter:
                                  mode="ngram", seed=cfg.seed, gamma=cfg.gamma, max_draft_len=cfg.max_draft_len)
         self.head = self.head_collector = None
         self._last_head = None
+        self.gamma_ctl = None
+        if cfg.tune_gamma and self.dcfg.adaptive:
+            from omnidraft.runtime.gamma import GammaController
+
+            self.gamma_ctl = GammaController(gamma=cfg.gamma)
         if cfg.train_head:
             from .head import HeadCollector, HeadTrainer, initial_head
 
@@ -173,6 +179,8 @@ class OnlineAdapter:
         finally:
             if hc is not None:
                 hc.backend.recorder = None
+        if self.gamma_ctl is not None:
+            self.dcfg.gamma = self.gamma_ctl.observe(r.stats.new_tokens, r.stats.seconds)
         if hc is not None:
             self._last_head = h = hc.finish(r)
             if h is not None:

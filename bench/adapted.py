@@ -20,9 +20,13 @@ if TYPE_CHECKING:
     from omnidraft.bench.engine import Engine
 
 # method -> AdaptConfig overrides; the paper's L_DM and hybrid rows are full fine-tuning, +LoRA rank 32.
+# hybrid+adaptive: the hybrid pass also trains the acceptance head (interleaved: the paper's faster
+# variant) while decoding with it, gamma tuned from tokens/s; its row decodes with --draft-len auto.
 METHODS = {"l-dm": {"mode": "full", "loss": "dm"},
            "hybrid": {"mode": "full", "loss": "hybrid"},
-           "hybrid+lora": {"mode": "lora", "loss": "hybrid", "rank": 32}}
+           "hybrid+lora": {"mode": "lora", "loss": "hybrid", "rank": 32},
+           "hybrid+adaptive": {"mode": "full", "loss": "hybrid", "train_head": True, "draft_len": "auto",
+                               "head_variant": "interleaved", "tune_gamma": True}}
 NEEDS = ("OnlineAdapter", "AdaptConfig")
 
 
@@ -57,7 +61,8 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
 
     mod = _online()
     s = bench.s
-    cfg = mod.AdaptConfig(max_new_tokens=s.max_new_tokens, draft_len=draft_len, **METHODS[method])
+    over = dict(METHODS[method])
+    cfg = mod.AdaptConfig(max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len), **over)
     state = s.out / "state" / "adapt" / f"{stream}.{method}"
     shutil.rmtree(state, ignore_errors=True)  # the bench's own scratch: never resume an old adapter
     ad = mod.OnlineAdapter(bench.pair.drafter, bench.pair.target, state, cfg)
@@ -75,6 +80,8 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
                     "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
                     "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
                     **{k: v for k, v in METHODS[method].items()}}}
+    if getattr(ad, "gamma_ctl", None) is not None:
+        info["summary"]["gamma_after"] = round(ad.gamma_ctl.gamma, 4)
     return info
 
 
@@ -88,7 +95,11 @@ def for_backend(bench: "Bench", eng: "Engine", stream: str, method: str, prompts
     info = _pass(bench, stream, method, prompts or [], draft_len or 4)
     fmt, quant = BACKENDS[eng.backend]
     folder = Path(info["drafter"])
-    path = folder if fmt is None else cached_export(folder, fmt, quant, bench.s.max_seq_len, bench.progress)
+    from omnidraft.runtime.accept_head import HEAD_JSON
+
+    head = folder if (folder / HEAD_JSON).is_file() else None  # ONNX drafters carry it in the graph
+    path = folder if fmt is None else cached_export(folder, fmt, quant, bench.s.max_seq_len, bench.progress,
+                                                    accept_head=head if fmt == "onnx" else None)
     cache = eng.load_cache(Path(info["cache"])) if info["cache"] else eng.new_cache()
     return load(path, eng.threads), cache
 

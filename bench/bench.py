@@ -25,6 +25,7 @@ from omnidraft.bench.metrics import (PAPER_LATENCY_S, PROJECTION_TARGETS, ideal_
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument, OmnidraftError
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.speculative import DecodeConfig
 
 SCHEMA = "omnidraft.bench"
 SCHEMA_VERSION = 1
@@ -138,8 +139,9 @@ def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun
         return r
     drafter_call = st.drafter_seconds / st.drafter_calls if st.drafter_calls else 0.0
     c = drafter_call / target_step if target_step else 0.0
-    bound = speedup_bound(st.acceptance_rate, run.draft_len, c)
     calls = st.drafter_calls / st.steps if st.steps else 0.0
+    # adaptive rows (draft_len "auto"): the bound at their mean draft length
+    bound = speedup_bound(st.acceptance_rate, run.draft_len if isinstance(run.draft_len, int) else calls, c)
     ideal = ideal_speedup(st.tokens_per_step, calls, c)
     r.update(drafter_ms_per_call=round(1e3 * drafter_call, 4), cost_ratio=round(c, 4),
              drafter_calls_per_step=round(calls, 4), verify_ms_per_step=round(1e3 * st.target_seconds / st.steps, 4)
@@ -206,7 +208,7 @@ class Bench:
             self.peers(st)
 
     def _pick(self, eng: Engine, prompts, count: int) -> list[str]:
-        k_max = max(self.s.sweep_ks)
+        k_max = max(*self.s.sweep_ks, DecodeConfig().max_draft_len)  # hybrid+adaptive drafts up to K_max
         return [p.prompt for p in prompts if eng.fits(p.prompt, self.s.max_new_tokens, k_max)][:count]
 
     def sweep(self, eng: Engine, name: str, train) -> int:
@@ -250,7 +252,9 @@ class Bench:
         else:
             status["spd-dm+ngram_pp"] = "not run: --train-prompts 0"
         for method in adapted.METHODS:
-            reason = adapted.unavailable_reason() or (None if s.adapt_prompts else (
+            reason = adapted.unavailable_reason() or (
+                "not available: ExecuTorch drafters do not carry an acceptance head yet (use --backend ort or torch)"
+                if method == "hybrid+adaptive" and be == "executorch" else None) or (None if s.adapt_prompts else (
                 "not run: --quick skips adaptation (add --adapt-prompts N)" if s.quick else "not run: --adapt-prompts 0"))
             if reason:
                 status[method] = reason
@@ -260,11 +264,24 @@ class Bench:
             except Exception as exc:  # noqa: BLE001 -- one failed pass becomes a failure row, not a lost bench
                 status[method] = f"failed: {exc if isinstance(exc, OmnidraftError) else repr(exc)}".splitlines()[0]
                 continue
+            if method == "hybrid+adaptive":
+                from omnidraft.runtime.backends.base import has_accept_head
+                from omnidraft.runtime.gamma import GammaController
+
+                if not has_accept_head(drafter.backend):
+                    status[method] = "failed: the adaptation pass left no acceptance head on the drafter"
+                    continue
+                eng.warm_up(self.warm_prompt, drafter)
+                gamma = summary.get("gamma_after", DecodeConfig().gamma)
+                jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter,
+                                    tune=GammaController(gamma=min(0.95, max(0.05, gamma)))))
+                kinds[method] = "built during adaptation (train), then online"
+                extra[method] = {"adaptation": summary}
+                continue
             eng.warm_up(self.warm_prompt, drafter)
             jobs.append(eng.job(method, prompts, "ngram", k, mnt, cache, drafter=drafter))
             kinds[method] = "built during adaptation (train), then online"
             extra[method] = {"adaptation": summary}
-        status["hybrid+adaptive"] = "not available: adaptive drafting (issue #6) is not implemented"
         by_name = {j.name: j for j in jobs}
         runs = interleave(jobs, len(prompts), f"{name}: {len(jobs)} rows in lockstep", self.progress)
         st.base = runs["target-only"]

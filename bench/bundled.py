@@ -52,9 +52,16 @@ def _folder_digest(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True) -> Path:
-    """Export ``folder`` once per (weights, format, quant, length); later calls reuse the valid export."""
-    out = cache_dir() / "exports" / _folder_digest(folder) / f"{fmt}-{quant}-{max_seq_len}-r{EXPORT_REVISION}"
+def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True,
+                  accept_head: Path | None = None) -> Path:
+    """Export ``folder`` once per (weights, format, quant, length[, acceptance head]); later calls
+    reuse the valid export."""
+    tag = ""
+    if accept_head is not None:
+        from omnidraft.runtime.accept_head import read_head
+
+        tag = f"-head{read_head(accept_head).weights_sha256[:12]}"
+    out = cache_dir() / "exports" / _folder_digest(folder) / f"{fmt}-{quant}-{max_seq_len}-r{EXPORT_REVISION}{tag}"
     if (out / "manifest.json").is_file():
         from omnidraft.runtime.manifest import load_manifest
 
@@ -65,5 +72,5 @@ def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress
             pass  # damaged cache entry: export again
     from omnidraft.export.pipeline import export_model
 
-    export_model(folder, fmt, quant, max_seq_len, out, progress=progress)
+    export_model(folder, fmt, quant, max_seq_len, out, progress=progress, accept_head=accept_head)
     return out

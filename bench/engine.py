@@ -143,18 +143,27 @@ class Engine:
         for mode in ("target-only", "dm", "ngram"):
             dec.generate(prompt, DecodeConfig(max_new_tokens=4, draft_len=2, mode=mode))
 
-    def job(self, name: str, prompts: list[str], mode: str, draft_len: int, max_new_tokens: int,
-            cache: NgramCache | None = None, on_verified=None, drafter: LoadedModel | None = None) -> Job:
+    def job(self, name: str, prompts: list[str], mode: str, draft_len: int | str, max_new_tokens: int,
+            cache: NgramCache | None = None, on_verified=None, drafter: LoadedModel | None = None,
+            gamma: float = 0.5, tune=None, on_result=None, max_draft_len: int = 16) -> Job:
+        """``draft_len`` "auto": adaptive drafting at ``gamma``, or tuned per prompt by ``tune`` (a
+        runtime.gamma.GammaController, fed each prompt's tokens and seconds); ``on_result`` gets
+        each traced DecodeResult (calibration)."""
         dec = self.decoder(cache, drafter)
-        cfg = DecodeConfig(max_new_tokens=max_new_tokens, draft_len=draft_len, mode=mode)
+        cfg = DecodeConfig(max_new_tokens=max_new_tokens, draft_len=draft_len, mode=mode,
+                           gamma=tune.gamma if tune is not None else gamma, max_draft_len=max_draft_len)
         run = StreamRun(name, mode, draft_len)
 
         def step(i: int) -> None:
-            out = dec.generate(prompts[i], cfg, on_verified=on_verified)
+            out = dec.generate(prompts[i], cfg, on_verified=on_verified, trace=on_result is not None)
             _add(run.stats, out.stats)
             run.prompts += 1
             run.outputs.append(out.token_ids)
             run.running_acceptance.append(run.stats.acceptance_rate)
+            if tune is not None:
+                cfg.gamma = tune.observe(out.stats.new_tokens, out.stats.seconds)
+            if on_result is not None:
+                on_result(out)
 
         return Job(name, step, run, dec)
 

@@ -142,7 +142,7 @@ def parse_draft_len(text: str | int) -> int | str:
 
 def validate_adaptive(draft_len: int | str, gamma: float, max_draft_len: int) -> None:
     if draft_len != "auto" and (not isinstance(draft_len, int) or isinstance(draft_len, bool) or draft_len < 1):
-        raise InvalidArgument(f"draft length K must be an integer >= 1 or 'auto' (got {draft_len!r})")
+        raise InvalidArgument(f"draft length K must be >= 1 (got {draft_len!r}), or 'auto' for the acceptance head")
     if not (isinstance(gamma, (int, float)) and 0.0 < gamma < 1.0):
         raise InvalidArgument(f"--gamma must be within (0, 1) (got {gamma}); 0.3 stops early, 0.7 drafts longer")
     if not isinstance(max_draft_len, int) or max_draft_len < 1:

@@ -35,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train the acceptance head online (saved beside the merged drafter as head.json/head.safetensors)")
     p.add_argument("--head-variant", default="joint", help="joint (a head step with each drafter update) | "
                    "interleaved (head steps between updates from a FIFO replay buffer)")
+    p.add_argument("--tune-gamma", action="store_true", help="auto: tune gamma per prompt from measured tokens/s")
     p.add_argument("--head-lr", type=float, default=1e-3)
     p.add_argument("--head-reject-weight", type=float, default=1.0, help="BCE weight of rejected tokens (SpecDec++: 6)")
     p.add_argument("--train-limit", type=int, help="use only the first N prompts of the train stream")
@@ -72,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
                       guard_margin=args.guard_margin, publish_every=args.publish_every, export_formats=formats,
                       distill_temperature=args.distill_temperature, seed=args.seed, gamma=args.gamma,
                       max_draft_len=args.max_draft_len, train_head=args.train_head, head_variant=args.head_variant,
-                      head_lr=args.head_lr, head_reject_weight=args.head_reject_weight)
+                      head_lr=args.head_lr, head_reject_weight=args.head_reject_weight,
+                      tune_gamma=args.tune_gamma)
     split = None if args.eval_split in ("none", "") else args.eval_split
     result = adapt_stream(args.drafter, args.target, args.stream, args.out, cfg, args.state, args.train_limit,
                           split, args.eval_limit)

@@ -1,0 +1,339 @@
+"""`omnidraft bench-adaptive`: fixed draft lengths vs adaptive drafting (issue #6), per stream.
+
+Per stream: one online pass over train prompts per head variant (joint, interleaved) trains the
+acceptance head (``--loss none``: the drafter stays frozen, so every row drafts with the same
+weights; ``--loss hybrid`` distils the drafter too, and the fixed-K rows are then repeated on each
+variant's drafter). Then, timed in lockstep on held-out test prompts (see bench/engine.py):
+target-only, fixed K for every K of the sweep, and adaptive drafting per variant, gamma starting
+where the pass's controller left it and still tuned online. Every row starts from a copy of the
+n-gram cache the pass built. Writes adaptive.json, adaptive.md, calibration.png (predicted vs
+observed acceptance of the target tokens the heads proposed on the test prompts) and
+adaptive_tokens_per_s.png.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from omnidraft.errors import InvalidArgument
+from omnidraft.models.streams import STREAMS, load_stream
+
+VARIANTS = ("joint", "interleaved")
+
+
+@dataclass
+class AdaptiveSettings:
+    pair: str = "bundled"
+    streams: tuple[str, ...] = STREAMS
+    backend: str = "ort"
+    prompts: int = 12             # held-out test prompts per stream
+    train_prompts: int = 48       # train prompts of each head-training pass
+    max_new_tokens: int = 48
+    ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+    variants: tuple[str, ...] = VARIANTS
+    loss: str = "none"            # "none": head only | "hybrid" | "dm": distil the drafter as well
+    gamma: float = 0.5
+    tune_gamma: bool = True
+    max_draft_len: int = 16
+    every: int = 8
+    max_seq_len: int = 512
+    threads: int | None = 1
+    out: Path = Path("reports/adaptive")
+
+    def validate(self) -> None:
+        from omnidraft.bench.demo import BACKENDS
+        from omnidraft.runtime.accept_head import validate_adaptive
+
+        if self.backend not in BACKENDS:
+            raise InvalidArgument(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.backend == "executorch":
+            raise InvalidArgument("--backend executorch: ExecuTorch drafters do not carry an acceptance head yet; "
+                                  "use --backend ort or torch")
+        bad = [x for x in self.streams if x not in STREAMS]
+        if bad or not self.streams:
+            raise InvalidArgument(f"unknown stream {', '.join(bad) or '(none given)'}; choose from {', '.join(STREAMS)}")
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad or not self.variants:
+            raise InvalidArgument(f"unknown head variant {', '.join(bad) or '(none given)'}; choose from {', '.join(VARIANTS)}")
+        if self.loss not in ("none", "hybrid", "dm"):
+            raise InvalidArgument(f"unknown --loss {self.loss!r}; choose none, hybrid or dm")
+        for name in ("prompts", "train_prompts", "max_new_tokens", "every", "max_seq_len"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if not self.ks or min(self.ks) < 1:
+            raise InvalidArgument("every fixed K of --draft-lens must be >= 1")
+        validate_adaptive("auto", self.gamma, self.max_draft_len)
+        if self.threads is not None and self.threads < 1:
+            raise InvalidArgument(f"--threads must be >= 1 (got {self.threads})")
+
+
+def _observed(result) -> tuple[list[float], list[float]]:
+    """(predicted, observed) per proposed target token up to the first rejection, from a trace."""
+    from omnidraft.runtime.accept_head import log_sigmoid
+
+    pred, obs = [], []
+    for r in result.rounds:
+        z, acc = r.get("accept_logits") or [], r["accepted"]
+        for j, (a, b) in enumerate(r["spans"][: acc + 1]):
+            if len(z) >= b:
+                pred.append(math.exp(sum(log_sigmoid(z[i]) for i in range(a, b))))
+                obs.append(1.0 if j < acc else 0.0)
+    return pred, obs
+
+
+@dataclass
+class _Pass:
+    variant: str
+    drafter: Path                 # merged drafter folder (head.json beside it)
+    cache: Path | None
+    gamma: float
+    summary: dict = field(default_factory=dict)
+
+
+class AdaptiveBench:
+    def __init__(self, s: AdaptiveSettings, progress: bool = True) -> None:
+        self.s, self.progress = s, progress
+        self.report: dict = {"schema": "omnidraft.bench_adaptive", "schema_version": 1, "interrupted": False,
+                             "meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                                      "settings": {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple)
+                                                       else v) for k, v in asdict(s).items()}},
+                             "streams": [], "checks": [], "plots": []}
+        self.calibration: dict[str, list[dict]] = {}
+
+    def run(self) -> dict:
+        from omnidraft.bench.engine import Engine, resolve_pair, set_threads
+
+        s = self.s
+        s.validate()
+        self.pair = resolve_pair(s.pair)
+        self.report["meta"]["threads"] = set_threads(s.threads)
+        d_path, t_path = self.pair.paths(s.backend, s.max_seq_len, self.progress)
+        self.eng = Engine(s.backend, d_path, t_path, s.threads)
+        self.report["meta"]["pair"] = {"name": self.pair.name, "drafter": str(self.pair.drafter),
+                                       "target": str(self.pair.target)}
+        try:
+            for name in s.streams:
+                self.report["streams"].append(self.stream(name))
+        except KeyboardInterrupt:
+            self.report["interrupted"] = True
+        finally:
+            self.finish()
+        return self.report
+
+    def _fit(self, items, count: int) -> list[str]:
+        k = max(max(self.s.ks), self.s.max_draft_len)
+        return [p.prompt for p in items if self.eng.fits(p.prompt, self.s.max_new_tokens, k)][:count]
+
+    def train_pass(self, stream: str, variant: str, prompts: list[str]) -> _Pass:
+        from tqdm import tqdm
+
+        from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+
+        s = self.s
+        cfg = AdaptConfig(mode="full", loss=s.loss, engine="eager", every=s.every, max_new_tokens=s.max_new_tokens,
+                          draft_len="auto", gamma=s.gamma, max_draft_len=s.max_draft_len, train_head=True,
+                          head_variant=variant, tune_gamma=s.tune_gamma)
+        state = s.out / "state" / f"{stream}.{variant}"
+        shutil.rmtree(state, ignore_errors=True)  # our own scratch: never resume an earlier run
+        ad = OnlineAdapter(self.pair.drafter, self.pair.target, state, cfg)
+        bar = tqdm(total=len(prompts), desc=f"{stream}: train head ({variant})", file=sys.stderr,
+                   disable=not self.progress, leave=False, dynamic_ncols=True)
+        try:
+            log = ad.run(prompts, lambda i, rec: bar.update(1))
+        finally:
+            bar.close()
+        from omnidraft.adapt.head import calibration
+
+        cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))
+        self.calibration[f"{stream} {variant} (train pass)"] = cal
+        gamma = ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma
+        acc, prop = sum(log.accepted), sum(log.proposed)
+        summary = {"train_prompts": len(log.acceptance), "head_steps": len(ad.head.losses),
+                   "stream_acceptance": round(acc / prop, 4) if prop else None, "gamma_after": round(gamma, 4),
+                   "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
+                   "last_head_loss": ad.head.losses[-1]["loss"] if ad.head.losses else None, "calibration": cal}
+        return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, gamma, summary)
+
+    def _drafter(self, folder: Path):
+        from omnidraft.bench.bundled import cached_export
+        from omnidraft.bench.demo import BACKENDS
+        from omnidraft.bench.engine import load
+
+        fmt, quant = BACKENDS[self.s.backend]
+        path = folder if fmt is None else cached_export(folder, fmt, quant, self.s.max_seq_len, self.progress,
+                                                        accept_head=folder)
+        return load(path, self.s.threads)
+
+    def stream(self, name: str) -> dict:
+        from omnidraft.bench.engine import interleave
+        from omnidraft.runtime.accept_head import drafter_identity
+        from omnidraft.runtime.gamma import GammaController
+
+        s, eng, mnt = self.s, self.eng, self.s.max_new_tokens
+        train = self._fit(load_stream(name, "train"), s.train_prompts)
+        test = self._fit(load_stream(name, "test"), s.prompts)
+        if not test or not train:
+            raise InvalidArgument(f"no {name} prompt fits --max-seq-len {s.max_seq_len}; raise it")
+        passes = [self.train_pass(name, v, train) for v in s.variants]
+        drafters = {p.variant: self._drafter(p.drafter) for p in passes}
+        for d in drafters.values():
+            eng.warm_up(test[0][:200], d)
+        groups: dict[str, list[_Pass]] = {}
+        for p in passes:  # fixed-K rows once per distinct drafter (once in all for --loss none)
+            groups.setdefault(drafter_identity(p.drafter).weights_sha256, []).append(p)
+        jobs = [eng.job("target-only", test, "target-only", 1, mnt)]
+        fixed: dict[str, tuple[int, str]] = {}
+        for group in groups.values():
+            p = group[0]
+            suffix = "" if len(groups) == 1 else f" ({p.variant} drafter)"
+            for k in s.ks:
+                label = f"K={k}{suffix}"
+                fixed[label] = (k, p.variant)
+                cache = eng.load_cache(p.cache) if p.cache else eng.new_cache()
+                jobs.append(eng.job(label, test, "ngram", k, mnt, cache, drafter=drafters[p.variant]))
+        cal: dict[str, tuple[list, list]] = {}
+        ctls = {}
+        for p in passes:
+            label = f"adaptive ({p.variant})"
+            cal[label] = ([], [])
+            ctls[label] = GammaController(gamma=min(0.95, max(0.05, p.gamma))) if s.tune_gamma else None
+
+            def collect(out, store=cal[label]) -> None:
+                pr, ob = _observed(out)
+                store[0].extend(pr)
+                store[1].extend(ob)
+
+            cache = eng.load_cache(p.cache) if p.cache else eng.new_cache()
+            jobs.append(eng.job(label, test, "ngram", "auto", mnt, cache, drafter=drafters[p.variant],
+                                gamma=p.gamma, tune=ctls[label], on_result=collect, max_draft_len=s.max_draft_len))
+        runs = interleave(jobs, len(test), f"{name}: {len(jobs)} rows in lockstep", self.progress)
+        base = runs["target-only"]
+        rows = []
+        for job in jobs:
+            run = runs[job.name]
+            st = run.stats
+            row = {"method": job.name, "draft_len": run.draft_len if job.name != "target-only" else None,
+                   "prompts": run.prompts, "acceptance_rate": round(st.acceptance_rate, 4) if st.proposed else None,
+                   "tokens_per_step": round(st.tokens_per_step, 4),
+                   "drafter_calls_per_step": round(st.drafter_calls / st.steps, 4) if st.steps else 0.0,
+                   "tokens_per_s": round(run.tokens_per_s, 2),
+                   "speedup": round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
+                   "outputs_match_target_only": run.outputs == base.outputs}
+            if job.name in ctls:
+                ctl = ctls[job.name]
+                pr, ob = cal[job.name]
+                from omnidraft.adapt.head import calibration
+
+                row["gamma_final"] = round(ctl.gamma, 4) if ctl else s.gamma
+                row["gamma_history"] = ctl.history if ctl else []
+                row["calibration"] = calibration(np.asarray(pr, np.float32), np.asarray(ob, np.float32))
+                self.calibration[f"{name} {job.name.split('(')[1].rstrip(')')} (test)"] = row["calibration"]
+            rows.append(row)
+        best = max((r for r in rows if r["method"] in fixed), key=lambda r: r["tokens_per_s"])
+        for r in rows:
+            if r["method"].startswith("adaptive"):
+                r["vs_best_fixed"] = round(r["tokens_per_s"] / best["tokens_per_s"] - 1.0, 4) if best["tokens_per_s"] else None
+        return {"stream": name, "test_prompts": len(test), "train_prompts": len(train), "best_fixed": best["method"],
+                "passes": {p.variant: p.summary for p in passes}, "rows": rows}
+
+    def checks(self) -> list[dict]:
+        """The issue's bar, per variant: >= 5 % over the best fixed K on at least two streams, and
+        never more than 3 % below it."""
+        out = []
+        for v in self.s.variants:
+            gains = {st["stream"]: r["vs_best_fixed"] for st in self.report["streams"] for r in st["rows"]
+                     if r["method"] == f"adaptive ({v})" and r.get("vs_best_fixed") is not None}
+            wins = sum(g >= 0.05 for g in gains.values())
+            out.append({"variant": v, "gains_vs_best_fixed": gains,
+                        "beats_best_fixed_by_5pct_on_2_streams": wins >= 2 if len(gains) >= 2 else None,
+                        "never_loses_more_than_3pct": all(g >= -0.03 for g in gains.values()) if gains else None,
+                        "identical_greedy_output": all(r["outputs_match_target_only"] for st in self.report["streams"]
+                                                       for r in st["rows"] if r["method"] == f"adaptive ({v})")})
+        return out
+
+    def finish(self) -> None:
+        from omnidraft.adapt.head import plot_calibration
+        from omnidraft.atomic import write_json, write_text
+
+        out = self.s.out
+        out.mkdir(parents=True, exist_ok=True)
+        self.report["checks"] = self.checks()
+        plots = []
+        if plot_calibration(self.calibration, out / "calibration.png",
+                            f"acceptance head calibration ({self.s.backend}, target tokens)"):
+            plots.append("calibration.png")
+        if plot_tokens_per_s(self.report["streams"], out / "adaptive_tokens_per_s.png"):
+            plots.append("adaptive_tokens_per_s.png")
+        self.report["plots"] = plots
+        write_json(out / "adaptive.json", self.report)
+        write_text(out / "adaptive.md", markdown(self.report))
+
+
+def plot_tokens_per_s(streams: list[dict], path: Path) -> bool:
+    fixed = [(st["stream"], [r for r in st["rows"] if r["method"].startswith("K=")]) for st in streams]
+    if not any(rows for _, rows in fixed):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from omnidraft.atomic import save_figure
+
+    fig, axes = plt.subplots(1, len(streams), figsize=(4.2 * len(streams), 3.6), squeeze=False)
+    for ax, st in zip(axes[0], streams):
+        ks = [r for r in st["rows"] if r["method"].startswith("K=") and "(" not in r["method"]]
+        ax.plot([r["draft_len"] for r in ks], [r["tokens_per_s"] for r in ks], marker="o", label="fixed K")
+        for r in st["rows"]:
+            if r["method"].startswith("adaptive"):
+                ax.axhline(r["tokens_per_s"], ls="--", lw=1, label=r["method"], color="C1" if "joint" in r["method"] else "C2")
+        base = next(r for r in st["rows"] if r["method"] == "target-only")
+        ax.axhline(base["tokens_per_s"], color="grey", lw=1, label="target-only")
+        ax.set_title(st["stream"])
+        ax.set_xlabel("draft length K")
+        ax.set_ylabel("tokens/s")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+    return True
+
+
+def markdown(report: dict) -> str:
+    from omnidraft.bench.demo import markdown_table
+
+    def f(v, fmt="{:.3f}"):
+        return "–" if v is None else ("yes" if v is True else "**no**" if v is False else fmt.format(v))
+
+    parts = ["# Adaptive drafting vs fixed draft length", ""]
+    s = report["meta"]["settings"]
+    parts.append(f"backend {s['backend']}, {s['max_new_tokens']} new tokens per prompt, head loss "
+                 f"{'head only (drafter frozen)' if s['loss'] == 'none' else s['loss'] + ' distillation + head'}, "
+                 f"gamma from {s['gamma']}{' tuned online' if s['tune_gamma'] else ''}; timed in lockstep.")
+    for st in report["streams"]:
+        parts += ["", f"## {st['stream']} ({st['test_prompts']} test prompts, heads trained on {st['train_prompts']} "
+                      f"train prompts; best fixed: {st['best_fixed']})", ""]
+        rows = [{"m": r["method"], "acc": f(r["acceptance_rate"]), "tpc": f(r["tokens_per_step"], "{:.2f}"),
+                 "calls": f(r["drafter_calls_per_step"], "{:.2f}"), "tps": f(r["tokens_per_s"], "{:.1f}"),
+                 "spd": f(r["speedup"], "{:.2f}x"), "vs": f(r.get("vs_best_fixed"), "{:+.1%}"),
+                 "g": f(r.get("gamma_final"), "{:.2f}"), "same": f(r["outputs_match_target_only"])} for r in st["rows"]]
+        parts.append(markdown_table(rows, [("m", "method"), ("acc", "acceptance"), ("tpc", "tokens/target call"),
+                                           ("calls", "drafter calls/target call"), ("tps", "tok/s"),
+                                           ("spd", "speedup"), ("vs", "vs best fixed K"), ("g", "final gamma"),
+                                           ("same", "same output as target-only")]))
+    parts += ["", "## Checks (issue #6)", ""]
+    for c in report["checks"]:
+        parts.append(f"- {c['variant']}: gains vs best fixed K {c['gains_vs_best_fixed']}; >= 5 % on two streams: "
+                     f"{f(c['beats_best_fixed_by_5pct_on_2_streams'])}; never below -3 %: "
+                     f"{f(c['never_loses_more_than_3pct'])}; identical greedy output: {f(c['identical_greedy_output'])}")
+    if report.get("interrupted"):
+        parts += ["", "**interrupted**: streams finished before Ctrl-C only."]
+    return "\n".join(parts) + "\n"
