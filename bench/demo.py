@@ -21,7 +21,8 @@ class DemoSettings:
     streams: tuple[str, ...] = STREAMS
     prompts: int = 12
     max_new_tokens: int = 48
-    draft_len: int = 4
+    draft_len: int | str = 4      # "auto": the adaptation pass trains the acceptance head (issue #6)
+    gamma: float = 0.5
     backend: str = "ort"
     max_seq_len: int = 512
     out: Path = Path("reports/demo")
@@ -83,9 +84,11 @@ def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Pa
     from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
     from tqdm import tqdm
 
+    auto = s.draft_len == "auto"
     cfg = AdaptConfig(mode="lora", loss="hybrid", rank=s.adapt_rank, lr=s.adapt_lr, every=s.adapt_every,
                       steps_per_update=s.adapt_steps, engine=s.adapt_engine, max_new_tokens=s.max_new_tokens,
-                      draft_len=s.draft_len)
+                      draft_len=s.draft_len, gamma=s.gamma, train_head=auto, head_variant="interleaved",
+                      tune_gamma=auto)
     train = [p.prompt for p in load_stream(name, "train")[: s.adapt_prompts]]
     # The adapter decodes with the deployed target (the backend's export) so its targets are on-policy.
     ad = OnlineAdapter(folders["drafter"], target_path, state / "adapt" / name, cfg)
@@ -109,13 +112,16 @@ def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Pa
         from omnidraft.export.pipeline import export_model
 
         out = ad.dir / f"drafter-{fmt}-{quant}"
-        export_model(merged, fmt, quant, s.max_seq_len, out, progress=progress)
+        export_model(merged, fmt, quant, s.max_seq_len, out, progress=progress,
+                     accept_head=merged if auto else None)  # the head goes inside the ONNX graph
         merged = out
     summary = {"train_prompts": len(log.acceptance), "updates": ad.updates, "engine": ad.trainer.engine,
                "train_stream_acceptance": round(sum(log.accepted) / max(sum(log.proposed), 1), 4),
                "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
                "seconds": {"decode": round(log.decode_seconds, 1), "train": round(log.train_seconds, 1),
                            "publish": round(log.publish_seconds, 1)}}
+    if auto:
+        summary["gamma"] = round(ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma, 4)
     return merged, ad.cache_path, summary
 
 
@@ -146,12 +152,20 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
         load_stream(name, "test")  # unknown names fail here, listing the valid ones
     if s.adapt_prompts < 0:
         raise InvalidArgument(f"--adapt-prompts must be >= 0 (got {s.adapt_prompts}); 0 skips adaptation")
+    auto = s.draft_len == "auto"
+    if auto and s.backend == "executorch":
+        raise InvalidArgument("--draft-len auto: ExecuTorch drafters do not carry an acceptance head yet; "
+                              "use --backend ort or torch, or a fixed --draft-len K")
+    if auto and not s.adapt_prompts:
+        raise InvalidArgument("--draft-len auto needs the acceptance head the adaptation pass trains; "
+                              "set --adapt-prompts N >= 1, or use a fixed --draft-len K")
     folders = check_bundled()
     drafter_path, target_path = open_models(s.backend, s.max_seq_len, progress)
     state = s.out / "state"
     shutil.rmtree(state, ignore_errors=True)  # each demo run starts from the untrained drafter
     rows, curves, adaptation = [], {}, {}
-    cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=s.draft_len)
+    # auto: the untrained drafter has no head yet, so its row drafts a fixed K = 4
+    cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=4 if auto else s.draft_len)
     for name in s.streams:
         prompts = [p.prompt for p in load_stream(name, "test")[: s.prompts]]
         dec = open_pair(target_path, drafter_path)
@@ -167,8 +181,10 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             adapted_path, cache_path, adaptation[name] = _adapt(s, name, folders, target_path, state, progress)
             dec = open_pair(target_path, adapted_path, cache_path=cache_path)
             _warm_up(dec, prompts[0])
-            after = run_stream(dec, prompts, cfg, f"{name}: omnidraft adapted", progress)
-            rows.append(_row(name, "adapted", after, base, len(dec.cache)))
+            acfg = cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto",
+                                                     gamma=adaptation[name]["gamma"])
+            after = run_stream(dec, prompts, acfg, f"{name}: omnidraft adapted", progress)
+            rows.append(_row(name, "adapted + adaptive K" if auto else "adapted", after, base, len(dec.cache)))
             curves[f"{name} (adapted)"] = after
             if after.interrupted:
                 break

@@ -79,3 +79,39 @@ def test_bench_hybrid_adaptive_row(pair, tmp_path, monkeypatch):
     assert row["status"] == "ok", row["status"]
     assert row["draft_len"] == "auto" and row["outputs_match_target_only"] and row["bound"] > 0
     assert row["adaptation"]["train_head"] is True and 0.05 <= row["adaptation"]["gamma_after"] <= 0.95
+
+
+@pytest.fixture()
+def fake_bundled(tmp_path, pair, monkeypatch):
+    import shutil
+
+    from omnidraft.bench import bundled
+
+    for role, src in zip(("drafter", "target"), pair):
+        shutil.copytree(src, tmp_path / role)
+    monkeypatch.setattr(bundled, "BUNDLED", tmp_path)
+    monkeypatch.setattr(bundled.check_bundled, "__defaults__", (tmp_path,))
+    return tmp_path
+
+
+def test_demo_with_adaptive_drafting(fake_bundled, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["demo", "--backend", "torch", "--streams", "math", "--prompts", "2", "--max-new-tokens", "8",
+                 "--adapt-prompts", "3", "--adapt-engine", "eager", "--draft-len", "auto", "--gamma", "0.4",
+                 "--out", str(out)]) == 0
+    assert "| math | adapted + adaptive K |" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert [r["phase"] for r in report["rows"]] == ["untrained", "adapted + adaptive K"]
+    assert report["rows"][1]["draft_len"] == "auto" and all(r["identical_to_target_only"] for r in report["rows"])
+    assert 0.05 <= report["adaptation"]["math"]["gamma"] <= 0.95
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--backend", "executorch"], "ExecuTorch drafters do not carry an acceptance head"),
+    (["--adapt-prompts", "0"], "--adapt-prompts N >= 1"),
+    (["--gamma", "2"], "--gamma must be within (0, 1)"),
+])
+def test_demo_auto_refusals(fake_bundled, capsys, extra, needle):
+    assert main(["demo", "--streams", "math", "--draft-len", "auto", *extra]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err

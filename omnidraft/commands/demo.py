@@ -14,7 +14,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
     p.add_argument("--prompts", type=int, help="held-out prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--draft-len", type=int, default=4, metavar="K")
+    p.add_argument("--draft-len", default="4", metavar="K", help="drafter tokens per round, or 'auto': the adaptation "
+                   "pass also trains the acceptance head and the adapted row stops drafting by it")
+    p.add_argument("--gamma", type=float, default=0.5, help="auto: initial stopping threshold in (0, 1), tuned during adaptation")
     p.add_argument("--adapt-prompts", type=int, metavar="N",
                    help="train prompts of the online adaptation pass per stream (default 48; 0 skips it; --quick: 0)")
     p.add_argument("--adapt-engine", default="executorch",
@@ -25,10 +27,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from omnidraft.bench.demo import DemoSettings, main_print, run_demo
     from omnidraft.errors import InvalidArgument
+    from omnidraft.runtime.accept_head import parse_draft_len, validate_adaptive
+
+    draft_len = parse_draft_len(args.draft_len)
+    validate_adaptive(draft_len, args.gamma, 16)
 
     streams = tuple(s.strip() for s in args.streams.split(",") if s.strip())
     s = (DemoSettings.quick if args.quick else DemoSettings)(streams=streams, backend=args.backend,
-                                                             draft_len=args.draft_len, out=args.out)
+                                                             draft_len=draft_len, out=args.out)
+    s.gamma = args.gamma
     if args.prompts is not None:
         if args.prompts < 1:
             raise InvalidArgument("--prompts must be >= 1")
@@ -37,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         s.max_new_tokens = args.max_new_tokens
     if args.adapt_prompts is not None:
         s.adapt_prompts = args.adapt_prompts
+    elif draft_len == "auto" and args.quick:
+        s.adapt_prompts = 8  # auto needs a trained head: a short pass even in a smoke run
     if args.adapt_engine not in ("executorch", "eager"):
         raise InvalidArgument(f"unknown --adapt-engine {args.adapt_engine!r}; choose executorch or eager")
     s.adapt_engine = args.adapt_engine
