@@ -49,6 +49,7 @@ class BenchSettings:
     eviction: bool = True
     max_seq_len: int = 512        # exported KV-cache length for ort / executorch
     threads: int | None = 1       # intra-op threads of every engine (None: each library's default)
+    gamma: float = 0.5            # hybrid+adaptive: initial stopping threshold (tuned online from there)
     quick: bool = False
     out: Path = Path("reports/bench")
 
@@ -72,6 +73,8 @@ def validate(s: BenchSettings) -> None:
     for name in ("prompts", "max_new_tokens", "sweep_prompts", "max_seq_len"):
         if getattr(s, name) < 1:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(s, name)})")
+    if not 0.05 <= s.gamma <= 0.95:
+        raise InvalidArgument(f"--gamma must be within [0.05, 0.95] for the tuned hybrid+adaptive row (got {s.gamma})")
     if s.threads is not None and s.threads < 1:
         raise InvalidArgument(f"--threads must be >= 1 (got {s.threads}); omit it for one thread")
     if s.train_prompts < 0 or s.adapt_prompts < 0 or not s.sweep_ks or min(s.sweep_ks) < 1:

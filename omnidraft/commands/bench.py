@@ -39,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default 1: on a small shared CPU, "
                         "spinning thread pools slow every engine down; 0 keeps each library's default)")
+    p.add_argument("--gamma", type=float, default=0.5, help="hybrid+adaptive row: initial stopping threshold of "
+                   "adaptive drafting (--draft-len auto), tuned online from tokens/s")
     p.add_argument("--out", type=Path, default=Path("reports/bench"), help="report folder (bench.json, bench.md, PNGs)")
 
 
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     common = dict(pair=args.pair, streams=_csv(args.streams), out=args.out, max_seq_len=args.max_seq_len,
                   threads=args.threads or None)
     s = BenchSettings.quick_settings(args.backend, **common) if args.quick else BenchSettings(backend=args.backend, **common)
+    s.gamma = args.gamma
     for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts"):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
