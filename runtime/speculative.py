@@ -235,10 +235,10 @@ class _Run:
             t0 = time.perf_counter()
             for _ in range(k):
                 if cfg.adaptive:
-                    logits, z = drf.forward_with_accept(feed, drf.cached_len)
-                    logits = logits[-1]
-                    log_acc += log_sigmoid(float(z[-1]))
+                    rows_q, z = drf.forward_with_accept(feed, drf.cached_len)
+                    logits = rows_q[-1]
                     acc_p.append(float(z[-1]))
+                    log_acc += log_sigmoid(acc_p[-1])
                 else:
                     logits = drf.forward(feed, drf.cached_len)[-1]
                 if self.greedy:
@@ -314,5 +314,5 @@ class _Run:
                 self.rounds.append({"draft": draft, "target_ids": tr.target_ids, "spans": tr.spans,
                                     "merged": [k is not None for k in tr.keys], "accepted": j, "extra": extra,
                                     "committed": new, "uniforms": uniforms, "ngram_added": added,
-                                    "drafter_cache_kept": lcp, "context": ids_q, "accept_logits": acc_p})
+                                    "drafter_cache_kept": lcp, **({"accept_logits": acc_p} if cfg.adaptive else {})})
         return self._result(t_start)

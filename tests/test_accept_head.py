@@ -241,3 +241,24 @@ def test_export_refuses_a_head_of_another_drafter_and_executorch(pair, tmp_path)
     with pytest.raises(InvalidArgument, match="--format onnx"):
         export_model(d, "executorch", "fp32", 96, tmp_path / "y", progress=False, accept_head=head_dir)
     assert not (tmp_path / "x" / "manifest.json").exists()
+
+
+def test_sampling_with_auto_runs_and_is_seeded(pair):
+    d, t, head_dir, _ = pair
+    drf, tgt = load_model(d, accept_head=head_dir), load_model(t)
+    dec = SpeculativeDecoder(tgt, drf, NgramCache(drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size))
+    cfg = DecodeConfig(max_new_tokens=12, temperature=0.8, draft_len="auto", gamma=0.6, seed=3)
+    a, b = dec.generate(PROMPTS[1], cfg, trace=True), dec.generate(PROMPTS[1], cfg)
+    assert a.token_ids == b.token_ids and len(a.token_ids) == 12
+    assert all(len(r["accept_logits"]) == len(r["draft"]) for r in a.rounds)
+
+
+def test_cli_export_refuses_a_foreign_head_in_one_line(pair, tmp_path, capsys):
+    from omnidraft.cli import main
+
+    d, t, head_dir, root = pair
+    other = make_tiny_model(root / "d-other", "llama", d, seed=7, max_pos=256)
+    rc = main(["export", "--model", str(other), "--format", "onnx", "--out", str(tmp_path / "x"),
+               "--max-seq-len", "64", "--accept-head", str(head_dir), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "belongs to another drafter" in err[0] and "Traceback" not in err[0]
