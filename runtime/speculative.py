@@ -314,5 +314,5 @@ class _Run:
                 self.rounds.append({"draft": draft, "target_ids": tr.target_ids, "spans": tr.spans,
                                     "merged": [k is not None for k in tr.keys], "accepted": j, "extra": extra,
                                     "committed": new, "uniforms": uniforms, "ngram_added": added,
-                                    "drafter_cache_kept": lcp, **({"accept_logits": acc_p} if cfg.adaptive else {})})
+                                    "drafter_cache_kept": lcp, "context": ids_q, "accept_logits": acc_p})
         return self._result(t_start)
