@@ -85,4 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
         print(markdown(result), end="")
         print(f"report: {result['files']['json']}  plot: {result['files']['png']}  state: {result['state']}", file=sys.stderr)
+        if "head" in result:
+            h = result["head"]
+            print(f"acceptance head ({h['variant']}, {h['updates']} head steps, {h['observed_target_tokens']} observed "
+                  f"target tokens): {h['file']}  calibration: {h.get('plot', '-')}", file=sys.stderr)
     return 0
