@@ -142,7 +142,9 @@ class AdaptiveBench:
                           head_variant=variant, tune_gamma=s.tune_gamma)
         state = s.out / "state" / f"{stream}.{variant}"
         shutil.rmtree(state, ignore_errors=True)  # our own scratch: never resume an earlier run
-        ad = OnlineAdapter(self.pair.drafter, self.pair.target, state, cfg)
+        # The pass verifies with the deployed target (this backend's export), so its labels are the
+        # acceptances the timed rows will see; the drafter is the HF folder (trained, features recorded).
+        ad = OnlineAdapter(self.pair.drafter, self.eng.paths[1], state, cfg)
         bar = tqdm(total=len(prompts), desc=f"{stream}: train head ({variant})", file=sys.stderr,
                    disable=not self.progress, leave=False, dynamic_ncols=True)
         try:
