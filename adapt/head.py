@@ -74,6 +74,8 @@ class HeadCollector:
 
     def finish(self, result) -> HeadRecord | None:
         rec, self.backend.recorder = self.recorded, None
+        if len(rec) != sum(len(r["draft"]) for r in result.rounds):
+            return None  # the drafter was also called outside drafting: features cannot be matched up
         feats, toks, group, p_t, obs, pred = [], [], [], [], [], []
         offset = 0
         for rnd, rows in zip(result.rounds, self.rows):
