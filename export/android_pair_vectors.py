@@ -51,19 +51,19 @@ BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 # (name, prompt, config, cache: None (fresh) or "chain" (previous run's final cache, via its file))
 PAIR_RUNS = [
     ("pair-greedy-ngram-code", "def fibonacci(n):",
-     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=32), None),
+     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), None),
     # Same prompt on the cache the first run filled: the drafter proposes those sub-token runs again
     # and the target accepts merged n-grams (hits).
     ("pair-greedy-ngram-code-chained", "def fibonacci(n):",
-     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=32), "chain"),
+     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), "chain"),
     ("pair-sample-ngram-code-chained", "def fibonacci(n):",
      dict(temperature=0.8, draft_len=4, mode="ngram", max_new_tokens=32, seed=7), "chain"),
     ("pair-greedy-dm-math", "Natalia sold clips to 48 of her friends in April, and then",
-     dict(temperature=0.0, draft_len=5, mode="dm", max_new_tokens=32), None),
+     dict(temperature=0.0, draft_len=5, mode="dm", max_new_tokens=24), None),
     ("pair-sample-dm-math", "Natalia sold clips to 48 of her friends in April, and then",
      dict(temperature=1.0, draft_len=3, mode="dm", max_new_tokens=32, seed=11), None),
     ("pair-greedy-ngram-text", "Once upon a time, there was a little",
-     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=32), None),
+     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), None),
     ("pair-sample-ngram-text", "Once upon a time, there was a little",
      dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=32, seed=5), "chain"),
     ("pair-greedy-target-only-text", "The capital of France is",
