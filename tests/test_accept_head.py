@@ -262,3 +262,13 @@ def test_cli_export_refuses_a_foreign_head_in_one_line(pair, tmp_path, capsys):
                "--max-seq-len", "64", "--accept-head", str(head_dir), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "belongs to another drafter" in err[0] and "Traceback" not in err[0]
+
+
+def test_auto_on_an_executorch_drafter_is_refused_with_the_reason(pair):
+    d, t, _, _ = pair
+    tgt, drf = load_model(t), load_model(d)
+    fake = ScriptedDrafter([1, 2, 3], drf.backend.vocab_size)
+    fake.name = "executorch"  # what ExecuTorchBackend reports; .pte exports carry no head
+    dec = SpeculativeDecoder(tgt, LoadedModel(fake, drf.codec, drf.eos_ids, drf.path, "executorch"))
+    with pytest.raises(InvalidArgument, match="ExecuTorch drafters do not carry an acceptance head yet"):
+        dec.generate(PROMPTS[0], DecodeConfig(max_new_tokens=4, draft_len="auto"))
