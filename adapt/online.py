@@ -73,6 +73,15 @@ class AdaptConfig:
         from omnidraft.runtime.accept_head import validate_adaptive
 
         validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
+        if self.train_head:
+            from .head import VARIANTS
+
+            if self.head_variant not in VARIANTS:
+                raise InvalidArgument(f"unknown --head-variant {self.head_variant!r}; choose one of {', '.join(VARIANTS)}")
+            if not (self.head_lr > 0 and self.head_reject_weight > 0) or min(self.head_steps, self.head_replay,
+                                                                              self.head_batch) < 1:
+                raise InvalidArgument("--head-lr and --head-reject-weight must be > 0, --head-steps/--head-replay/"
+                                      "--head-batch >= 1")
         for name in ("every", "steps_per_update", "seq_len", "max_new_tokens", "guard_window", "publish_every", "top_k"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")

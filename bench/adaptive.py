@@ -43,6 +43,8 @@ class AdaptiveSettings:
     tune_gamma: bool = True
     max_draft_len: int = 16
     every: int = 8
+    head_steps: int = 4
+    head_lr: float = 1e-3
     max_seq_len: int = 512
     threads: int | None = 1
     out: Path = Path("reports/adaptive")
@@ -64,12 +66,14 @@ class AdaptiveSettings:
             raise InvalidArgument(f"unknown head variant {', '.join(bad) or '(none given)'}; choose from {', '.join(VARIANTS)}")
         if self.loss not in ("none", "hybrid", "dm"):
             raise InvalidArgument(f"unknown --loss {self.loss!r}; choose none, hybrid or dm")
-        for name in ("prompts", "train_prompts", "max_new_tokens", "every", "max_seq_len"):
+        for name in ("prompts", "train_prompts", "max_new_tokens", "every", "max_seq_len", "head_steps"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if not self.ks or min(self.ks) < 1:
             raise InvalidArgument("every fixed K of --draft-lens must be >= 1")
         validate_adaptive("auto", self.gamma, self.max_draft_len)
+        if not self.head_lr > 0:
+            raise InvalidArgument(f"--head-lr must be > 0 (got {self.head_lr})")
         if self.threads is not None and self.threads < 1:
             raise InvalidArgument(f"--threads must be >= 1 (got {self.threads})")
 
@@ -139,7 +143,7 @@ class AdaptiveBench:
         s = self.s
         cfg = AdaptConfig(mode="full", loss=s.loss, engine="eager", every=s.every, max_new_tokens=s.max_new_tokens,
                           draft_len="auto", gamma=s.gamma, max_draft_len=s.max_draft_len, train_head=True,
-                          head_variant=variant, tune_gamma=s.tune_gamma)
+                          head_variant=variant, tune_gamma=s.tune_gamma, head_steps=s.head_steps, head_lr=s.head_lr)
         state = s.out / "state" / f"{stream}.{variant}"
         shutil.rmtree(state, ignore_errors=True)  # our own scratch: never resume an earlier run
         # The pass verifies with the deployed target (this backend's export), so its labels are the
@@ -157,7 +161,7 @@ class AdaptiveBench:
         self.calibration[f"{stream} {variant} (train pass)"] = cal
         gamma = ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma
         acc, prop = sum(log.accepted), sum(log.proposed)
-        summary = {"train_prompts": len(log.acceptance), "head_steps": len(ad.head.losses),
+        summary = {"train_prompts": len(log.acceptance), "head_updates": len(ad.head.losses),
                    "stream_acceptance": round(acc / prop, 4) if prop else None, "gamma_after": round(gamma, 4),
                    "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
                    "last_head_loss": ad.head.losses[-1]["loss"] if ad.head.losses else None, "calibration": cal}

@@ -41,7 +41,7 @@ def test_table_per_stream(pair, tmp_path, capsys, backend):
     ad = [r for r in st["rows"] if r["method"].startswith("adaptive")]
     assert all("vs_best_fixed" in r and 0.05 <= r["gamma_final"] <= 0.95 and r["calibration"] for r in ad)
     assert all(1.0 <= r["drafter_calls_per_step"] <= 6 for r in ad)  # K in [1, K_max]
-    assert set(st["passes"]) == {"joint", "interleaved"} and all(p["head_steps"] > 0 for p in st["passes"].values())
+    assert set(st["passes"]) == {"joint", "interleaved"} and all(p["head_updates"] > 0 for p in st["passes"].values())
     assert {c["variant"] for c in doc["checks"]} == {"joint", "interleaved"}
     assert "calibration.png" in doc["plots"] and (out / "calibration.png").read_bytes()[:4] == b"\x89PNG"
     md = (out / "adaptive.md").read_text()

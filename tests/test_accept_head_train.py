@@ -160,3 +160,12 @@ def test_cli_generate_refuses_a_head_of_another_drafter(pair, tmp_path, capsys):
                "--loss", "none"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "--train-head" in err[0]
+
+
+def test_bad_head_options_fail_before_any_model_loads(capsys):
+    for extra, needle in ((["--head-variant", "both"], "unknown --head-variant"), (["--head-steps", "0"], "--head-steps"),
+                          (["--head-lr", "-1"], "--head-lr")):
+        rc = main(["adapt", "--drafter", "/nonexistent", "--target", "/nonexistent", "--stream", "math", "--out", "/tmp/x",
+                   "--train-head", *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 1 and len(err) == 1 and needle in err[0], err

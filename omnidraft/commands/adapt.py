@@ -38,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune-gamma", action="store_true", help="auto: tune gamma per prompt from measured tokens/s")
     p.add_argument("--head-lr", type=float, default=1e-3)
     p.add_argument("--head-reject-weight", type=float, default=1.0, help="BCE weight of rejected tokens (SpecDec++: 6)")
+    p.add_argument("--head-steps", type=int, default=4, help="AdamW steps per head update (joint: per drafter update; "
+                   "interleaved: per prompt between them)")
+    p.add_argument("--head-replay", type=int, default=64, metavar="N", help="interleaved: FIFO replay buffer, in prompts")
+    p.add_argument("--head-batch", type=int, default=8, metavar="B", help="interleaved: prompts per replayed batch")
     p.add_argument("--train-limit", type=int, help="use only the first N prompts of the train stream")
     p.add_argument("--eval-split", default="test", help="held-out split for before/after acceptance ('none' to skip)")
     p.add_argument("--eval-limit", type=int, help="use only the first N held-out prompts")
@@ -74,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
                       distill_temperature=args.distill_temperature, seed=args.seed, gamma=args.gamma,
                       max_draft_len=args.max_draft_len, train_head=args.train_head, head_variant=args.head_variant,
                       head_lr=args.head_lr, head_reject_weight=args.head_reject_weight,
-                      tune_gamma=args.tune_gamma)
+                      tune_gamma=args.tune_gamma, head_steps=args.head_steps, head_replay=args.head_replay,
+                      head_batch=args.head_batch)
     split = None if args.eval_split in ("none", "") else args.eval_split
     result = adapt_stream(args.drafter, args.target, args.stream, args.out, cfg, args.state, args.train_limit,
                           split, args.eval_limit)

@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=float, default=0.5, help="initial stopping threshold in (0, 1)")
     p.add_argument("--fixed-gamma", action="store_true", help="keep gamma fixed instead of tuning it from tokens/s")
     p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX")
+    p.add_argument("--head-steps", type=int, default=4, help="AdamW steps per head update")
+    p.add_argument("--head-lr", type=float, default=1e-3)
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per update (joint head step / replay push)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort exports")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads (0: each library's default)")
@@ -44,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     s = AdaptiveSettings(pair=args.pair, streams=_csv(args.streams), backend=args.backend, prompts=args.prompts,
                          train_prompts=args.train_prompts, max_new_tokens=args.max_new_tokens, ks=ks,
                          variants=_csv(args.variants), loss=args.loss, gamma=args.gamma, tune_gamma=not args.fixed_gamma,
-                         max_draft_len=args.max_draft_len, every=args.every, max_seq_len=args.max_seq_len,
+                         max_draft_len=args.max_draft_len, every=args.every, head_steps=args.head_steps,
+                         head_lr=args.head_lr, max_seq_len=args.max_seq_len,
                          threads=args.threads or None, out=args.out)
     report = AdaptiveBench(s).run()
     print((s.out / "adaptive.md").read_text())
