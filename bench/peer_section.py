@@ -40,8 +40,19 @@ def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
     elif method not in REPLAYABLE:
         drafter, cache = adapted.for_backend(bench, eng, st.name, method)
         eng.warm_up(bench.warm_prompt, drafter)
+    k, tune = st.draft_len, None
+    if method == "hybrid+adaptive":  # adaptive drafting, gamma from the adaptation pass, tuned on
+        from omnidraft.errors import InvalidArgument
+        from omnidraft.runtime.backends.base import has_accept_head
+        from omnidraft.runtime.gamma import GammaController
+
+        if not has_accept_head(drafter.backend):
+            raise InvalidArgument(f"the {backend} drafter has no acceptance head (ExecuTorch drafters do not carry "
+                                  "one yet)")
+        gamma = bench.adapted[(st.name, method)]["summary"].get("gamma_after", 0.5)
+        k, tune = "auto", GammaController(gamma=min(0.95, max(0.05, gamma)))
     return [eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
-            eng.job(f"omnidraft-{backend}", st.prompts, mode, st.draft_len, s.max_new_tokens, cache, drafter=drafter)]
+            eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune)]
 
 
 def _peer(stream: str, name: str, run, hf_base, reference, reference_name: str | None, **extra) -> dict:
@@ -92,7 +103,8 @@ def run_peers(bench: "Bench", st: "_Stream") -> None:
         base, run = runs[f"omnidraft-{backend} target-only"], runs[f"omnidraft-{backend}"]
         peers.append(_peer(
             st.name, f"omnidraft-{backend}", run, hf_base, base.outputs, f"omnidraft {backend} target-only",
-            method=method, draft_len=st.draft_len, own_target_only_tokens_per_s=round(base.tokens_per_s, 2),
+            method=method, draft_len="auto" if method == "hybrid+adaptive" else st.draft_len,
+            own_target_only_tokens_per_s=round(base.tokens_per_s, 2),
             speedup_vs_own_target_only=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None))
     if hf_base is not None:
         tried = [runs[n] for n in uag]

@@ -68,17 +68,23 @@ def test_bench_hybrid_adaptive_row(pair, tmp_path, monkeypatch):
     from omnidraft.bench import adapted
 
     monkeypatch.setattr(adapted, "METHODS", {"hybrid+adaptive": adapted.METHODS["hybrid+adaptive"]})
+    from omnidraft.bench import peer_section
+
+    monkeypatch.setattr(peer_section, "best_method", lambda bench, st: "hybrid+adaptive")  # replay it as a peer
     d, t = pair
     out = tmp_path / "bench"
     argv = ["bench", "--pair", f"{d},{t}", "--backend", "torch", "--streams", "math", "--prompts", "2",
             "--max-new-tokens", "8", "--draft-lens", "2", "--train-prompts", "0", "--adapt-prompts", "3",
-            "--peers", "none", "--no-eviction", "--out", str(out)]
+            "--peers", "torch", "--no-eviction", "--out", str(out)]
     assert main(argv) == 0
     doc = json.loads((out / "bench.json").read_text())
     row = next(r for r in doc["rows"] if r["method"] == "hybrid+adaptive")
     assert row["status"] == "ok", row["status"]
     assert row["draft_len"] == "auto" and row["outputs_match_target_only"] and row["bound"] > 0
     assert row["adaptation"]["train_head"] is True and 0.05 <= row["adaptation"]["gamma_after"] <= 0.95
+    (peer,) = [p for p in doc["peers"] if p["name"] == "omnidraft-torch"]
+    assert peer["status"] == "ok" and peer["outputs_match_target_only"]
+    assert peer["method"] == "hybrid+adaptive" and peer["draft_len"] == "auto"
 
 
 @pytest.fixture()
