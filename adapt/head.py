@@ -135,9 +135,9 @@ def head_loss(head: AcceptHead, feats: torch.Tensor, group: torch.Tensor, n_grou
 class HeadTrainer:
     head: AcceptHead
     variant: str = "joint"
-    lr: float = 1e-3
+    lr: float = 1e-2               # Adam moves a weight ~lr per step: 1e-3 would need thousands of steps
     reject_weight: float = REJECT_WEIGHT
-    steps: int = 4                 # head steps per joint update / per interleaved prompt
+    steps: int = 8                 # head steps per joint update / per interleaved prompt
     replay: int = 64               # interleaved: FIFO buffer size in prompts (paper's N)
     batch: int = 8                 # interleaved: prompts per sampled batch (paper's B)
     temperature: float = 0.0
@@ -153,6 +153,21 @@ class HeadTrainer:
         self.opt = torch.optim.AdamW(self.head.parameters(), lr=self.lr, weight_decay=0.0)
         self.buffer: deque[HeadRecord] = deque(maxlen=self.replay)
         self.rng = np.random.default_rng(self.seed)
+        self.warm = False
+
+    def warm_start(self, rec: HeadRecord | None) -> None:
+        """Once, from the first prompt's labels: set the output bias so that the head predicts the
+        observed mean acceptance (per drafter token: mean^(1 / drafter tokens per target token)).
+        A fresh head otherwise starts from a fixed prior, and gradient steps at a small learning rate
+        take most of a stream to move a bias by a few units; both variants get the same start."""
+        if self.warm or rec is None or not rec.size:
+            return
+        lab = float(labels(rec, self.lm_head, self.temperature).mean())
+        per_token = min(max(lab, 0.02), 0.98) ** (rec.size / rec.group.numel())
+        with torch.no_grad():
+            self.head.out.bias.fill_(math.log(per_token / (1.0 - per_token)))
+        self.warm = True
+        self.losses.append({"warm_start": True, "mean_label": round(lab, 4), "bias": round(float(self.head.out.bias), 4)})
 
     def step(self, records: list[HeadRecord], tag: dict | None = None) -> float | None:
         records = [r for r in records if r is not None and r.size]
@@ -178,6 +193,7 @@ class HeadTrainer:
 
     def after_prompt(self, rec: HeadRecord | None, prompt_index: int) -> None:
         """Interleaved: between distillation updates, a step on a replay batch."""
+        self.warm_start(rec)
         if self.variant == "interleaved" and self.buffer:
             pick = self.rng.choice(len(self.buffer), size=min(self.batch, len(self.buffer)), replace=False)
             self.step([self.buffer[int(i)] for i in pick], {"prompt": prompt_index})
@@ -185,6 +201,7 @@ class HeadTrainer:
     def on_update(self, records: list[HeadRecord | None], update: int) -> None:
         """At a distillation update (every I prompts): joint steps on this batch; interleaved
         pushes it into the replay buffer (oldest evicted)."""
+        self.warm_start(next((r for r in records if r is not None and r.size), None))
         if self.variant == "joint":
             self.step(list(records), {"update": update})
         else:

@@ -56,9 +56,9 @@ class AdaptConfig:
     max_draft_len: int = 16
     train_head: bool = False
     head_variant: str = "joint"
-    head_lr: float = 1e-3
+    head_lr: float = 1e-2
     head_reject_weight: float = 1.0
-    head_steps: int = 4
+    head_steps: int = 8
     head_replay: int = 64
     head_batch: int = 8
     tune_gamma: bool = False      # auto: adjust gamma per prompt from measured tokens/s (runtime.gamma)

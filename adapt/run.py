@@ -112,7 +112,8 @@ def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: Adapt
         import numpy as np
 
         cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))
-        result["head"] = {"variant": cfg.head_variant, "updates": len(ad.head.losses), "losses": ad.head.losses,
+        result["head"] = {"variant": cfg.head_variant, "updates": sum("loss" in x for x in ad.head.losses),
+                          "losses": ad.head.losses,
                           "calibration": cal, "observed_target_tokens": len(log.head_observed),
                           "file": str(ad.dir / "drafter" / "head.json")}
         out.mkdir(parents=True, exist_ok=True)

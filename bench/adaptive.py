@@ -43,8 +43,8 @@ class AdaptiveSettings:
     tune_gamma: bool = True
     max_draft_len: int = 16
     every: int = 8
-    head_steps: int = 4
-    head_lr: float = 1e-3
+    head_steps: int = 8
+    head_lr: float = 1e-2
     max_seq_len: int = 512
     threads: int | None = 1
     out: Path = Path("reports/adaptive")
@@ -161,10 +161,11 @@ class AdaptiveBench:
         self.calibration[f"{stream} {variant} (train pass)"] = cal
         gamma = ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma
         acc, prop = sum(log.accepted), sum(log.proposed)
-        summary = {"train_prompts": len(log.acceptance), "head_updates": len(ad.head.losses),
+        steps = [x for x in ad.head.losses if "loss" in x]
+        summary = {"train_prompts": len(log.acceptance), "head_updates": len(steps),
                    "stream_acceptance": round(acc / prop, 4) if prop else None, "gamma_after": round(gamma, 4),
                    "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
-                   "last_head_loss": ad.head.losses[-1]["loss"] if ad.head.losses else None, "calibration": cal}
+                   "last_head_loss": steps[-1]["loss"] if steps else None, "calibration": cal}
         return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, gamma, summary)
 
     def _drafter(self, folder: Path):

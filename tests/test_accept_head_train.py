@@ -102,7 +102,8 @@ def test_online_head_training(pair, tmp_path, variant, loss):
     log = ad.run(PROMPTS)
     assert len(log.head_observed) > 0 and len(log.head_observed) == len(log.head_predicted)
     assert np.isfinite(np.asarray(log.head_predicted)).all()   # auto mode: every observed token was predicted
-    kinds = {"update" if "update" in x else "prompt" for x in ad.head.losses}
+    assert ad.head.losses[0]["warm_start"] and ad.head.warm  # bias set from the first prompt's labels
+    kinds = {"update" if "update" in x else "prompt" for x in ad.head.losses if "loss" in x}
     assert kinds == ({"update"} if variant == "joint" else {"prompt"})
     assert any(not torch.equal(p, before[n]) for n, p in ad.head.head.named_parameters())
     # the head is published beside the merged drafter, tied to it, and loading that folder attaches it
@@ -169,3 +170,16 @@ def test_bad_head_options_fail_before_any_model_loads(capsys):
                    "--train-head", *extra])
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 1 and len(err) == 1 and needle in err[0], err
+
+
+def test_warm_start_matches_the_mean_acceptance():
+    rec = _synthetic(300, 2, soft=False)
+    head = AcceptHead(16, 1)
+    tr = HeadTrainer(head)
+    tr.warm_start(rec)
+    with torch.no_grad():
+        p = torch.zeros(rec.size).index_add(0, rec.group, torch.nn.functional.logsigmoid(head(rec.feats))).exp()
+    assert float(p.mean()) == pytest.approx(float(rec.p_target.mean()), abs=0.08)
+    bias = float(head.out.bias)
+    tr.warm_start(_synthetic(50, 3, soft=False))          # only once
+    assert float(head.out.bias) == bias

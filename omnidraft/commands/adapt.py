@@ -36,9 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-variant", default="joint", help="joint (a head step with each drafter update) | "
                    "interleaved (head steps between updates from a FIFO replay buffer)")
     p.add_argument("--tune-gamma", action="store_true", help="auto: tune gamma per prompt from measured tokens/s")
-    p.add_argument("--head-lr", type=float, default=1e-3)
+    p.add_argument("--head-lr", type=float, default=1e-2)
     p.add_argument("--head-reject-weight", type=float, default=1.0, help="BCE weight of rejected tokens (SpecDec++: 6)")
-    p.add_argument("--head-steps", type=int, default=4, help="AdamW steps per head update (joint: per drafter update; "
+    p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update (joint: per drafter update; "
                    "interleaved: per prompt between them)")
     p.add_argument("--head-replay", type=int, default=64, metavar="N", help="interleaved: FIFO replay buffer, in prompts")
     p.add_argument("--head-batch", type=int, default=8, metavar="B", help="interleaved: prompts per replayed batch")
