@@ -111,7 +111,7 @@ class Trainer:
 
             self._et = ExecuTorchStep(self.module, batch)
             self.events.append({"event": "training-program", "shape": list(batch.ids.shape),
-                                "bytes": len(self._et.program)})
+                                "bytes": len(self._et.program), "reused": self._et.reused})
         return self._et(batch)
 
     def grads(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -9,6 +9,7 @@ values are written back into the program's parameter tensors, which alias its me
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import torch
@@ -72,6 +73,25 @@ def _hf_config(model: torch.nn.Module):
     return getattr(base, "config", None)
 
 
+# Programs built in this process, by (frozen weights + trainable layout, batch shape, top-k): the demo
+# and the bench adapt one base drafter once per stream, and lowering costs far more than a step.
+# A program enters the memo only after its first call: before that, the runtime cannot take parameter
+# values (see _sync) and would run with the values of the module it was exported from.
+_PROGRAMS: dict[tuple, tuple[bytes, object]] = {}
+
+
+def program_key(module: LossModule, example: Batch) -> tuple:
+    h = hashlib.sha256()
+    for name, p in module.named_parameters():
+        h.update(f"{name}:{tuple(p.shape)}:{p.requires_grad}".encode())
+        if not p.requires_grad:  # frozen weights are constants baked into the program
+            h.update(p.detach().to(torch.float32).contiguous().numpy().tobytes())
+    for name, b in module.named_buffers():  # the intersection ids, rotary tables: constants too
+        h.update(f"{name}:{b.dtype}:{tuple(b.shape)}".encode())
+        h.update(b.detach().contiguous().numpy().tobytes())
+    return h.hexdigest(), tuple(example.ids.shape), int(example.topk_idx.shape[-1])
+
+
 class ExecuTorchStep:
     """Loss and gradients from an ExecuTorch training program; parameters are kept in sync with
     the eager model that the optimizer updates."""
@@ -79,8 +99,13 @@ class ExecuTorchStep:
     def __init__(self, module: LossModule, example: Batch) -> None:
         from executorch.extension.training import _load_for_executorch_for_training_from_buffer
 
-        self.program = build_training_program(module, example)
-        self.runtime = _load_for_executorch_for_training_from_buffer(self.program)
+        self.key = program_key(module, example)
+        self.reused = self.key in _PROGRAMS
+        if self.reused:
+            self.program, self.runtime = _PROGRAMS[self.key]
+        else:
+            self.program = build_training_program(module, example)
+            self.runtime = _load_for_executorch_for_training_from_buffer(self.program)
         self.shape = tuple(example.ids.shape)
         self.k = int(example.topk_idx.shape[-1])
         # Program names carry the LossModule's "model." prefix.
@@ -101,5 +126,6 @@ class ExecuTorchStep:
             raise ValueError(f"batch shape {tuple(batch.ids.shape)} != program shape {self.shape}")
         self._sync()
         loss = self.runtime.forward_backward("forward", batch.inputs())[0]
+        _PROGRAMS.setdefault(self.key, (self.program, self.runtime))
         grads = {name[len("model."):]: g for name, g in self.runtime.named_gradients().items()}
         return loss, grads

@@ -72,6 +72,31 @@ def test_executorch_gradients_match_eager(drafter):
     assert any(not torch.equal(p, q) for p, q in zip(et.params.values(), _model(drafter).parameters()))
 
 
+def test_second_adapter_reuses_the_program_with_its_own_weights(drafter):
+    """A later adapter on the same base drafter (another stream in the demo) runs the program that
+    is already built, and the runtime computes with that adapter's LoRA values, not the first one's."""
+    model = _model(drafter)
+    vocab = model.get_base_model().config.vocab_size
+    inter = np.sort(np.random.default_rng(2).choice(vocab, 400, replace=False))
+    recs = _records(vocab, len(inter), 4)
+    first = Trainer(model, inter, engine="executorch", batch_size=4, seq_len=24, k=K, lr=1e-2)
+    first.step(recs, 1)
+    second_model = _model(drafter)
+    with torch.no_grad():
+        for n, p in second_model.named_parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))  # a different adapter state than the first's
+    second = Trainer(second_model, inter, engine="executorch", batch_size=4, seq_len=24, k=K, lr=1e-2)
+    ref = Trainer(copy.deepcopy(second_model), inter, engine="eager", batch_size=4, seq_len=24, k=K, lr=1e-2)
+    batch = second.batch(recs)
+    loss_et, g_et = second.grads(batch)
+    loss_ref, g_ref = ref.eager_grads(batch)
+    assert second.events[-1]["event"] == "training-program" and second.events[-1]["reused"]
+    assert float(loss_et) == pytest.approx(float(loss_ref), rel=1e-5)
+    for name, g in g_ref.items():
+        assert float((g_et[name] - g).norm() / g.norm()) <= 1e-4, name
+
+
 def test_full_finetuning_runs_in_eager(drafter):
     from transformers import AutoModelForCausalLM
 
