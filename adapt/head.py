@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.accept_head import log_sigmoid
 from omnidraft.runtime.head_model import AcceptHead
 
 VARIANTS = ("joint", "interleaved")
@@ -91,16 +92,12 @@ class HeadCollector:
                     group.append(g)
                 p_t.append(_target_prob(rows[j], rnd["target_ids"][j], self.temperature))
                 obs.append(1.0 if j < acc else 0.0)
-                pred.append(math.exp(sum(_logsig(z[i]) for i in range(a, b))) if len(z) >= b else float("nan"))
+                pred.append(math.exp(sum(log_sigmoid(z[i]) for i in range(a, b))) if len(z) >= b else float("nan"))
             offset += len(draft)
         if not p_t:
             return None
         return HeadRecord(torch.stack(feats).detach().clone(), torch.tensor(toks), torch.tensor(group),
                           torch.tensor(p_t, dtype=torch.float32), np.asarray(obs, np.float32), np.asarray(pred, np.float32))
-
-
-def _logsig(z: float) -> float:
-    return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
 
 
 def _target_prob(row: np.ndarray, t: int, temperature: float) -> float:
