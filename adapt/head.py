@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -248,11 +249,10 @@ def plot_calibration(curves: dict[str, list[dict]], path, title: str) -> bool:
     return True
 
 
-def initial_head(backend, merged: "Path", resumed: bool) -> AcceptHead:
+def initial_head(backend, merged: Path, resumed: bool) -> AcceptHead:
     """Resume the head published beside a resumed adapter's merged drafter; else start from the
     head the drafter folder came with; else a fresh one."""
     import copy
-    from pathlib import Path
 
     from omnidraft.runtime.accept_head import HEAD_JSON
     from omnidraft.runtime.head_model import load_head
@@ -277,7 +277,6 @@ def save_for(trainer: HeadTrainer, drafter_folder, info: dict | None = None) -> 
 def export_with_head(drafter_folder, folder, max_seq_len: int, quant: str = "fp32"):
     """Re-lower a published drafter with its head in the ONNX graph; swapped in only after the gate."""
     import shutil
-    from pathlib import Path
 
     from omnidraft.export.pipeline import export_model
 

@@ -118,7 +118,7 @@ def test_loop_stops_when_the_product_passes_gamma(pair):
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, max_draft_len=4, mode="dm"),
                        trace=True)
     assert len(out.rounds[0]["draft"]) == 4          # K_max bounds it
-    dec, prompt, fake = _scripted(pair, [0.01])
+    dec, prompt, _ = _scripted(pair, [0.01])
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.99, mode="dm"), trace=True)
     assert len(out.rounds[0]["draft"]) == 1          # K >= 1 even when the first token is hopeless
 
@@ -147,7 +147,7 @@ def test_loop_does_not_stop_inside_a_merged_ngram(pair):
 # -- head files and identity ---------------------------------------------------------------------------
 
 def test_head_roundtrip_and_identity(pair, tmp_path):
-    d, t, head_dir, root = pair
+    d, _, head_dir, root = pair
     head, info = load_head(head_dir, drafter_identity(d))
     assert info.hidden_size == 32 and info.training == {"note": "random test head"}
     x = torch.randn(5, 32)
@@ -234,7 +234,7 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
 def test_export_refuses_a_head_of_another_drafter_and_executorch(pair, tmp_path):
     from omnidraft.export.pipeline import export_model
 
-    d, t, head_dir, root = pair
+    d, _, head_dir, root = pair
     other = make_tiny_model(root / "d-other", "llama", d, seed=7, max_pos=256)
     with pytest.raises(AcceptHeadError, match="belongs to another drafter"):
         export_model(other, "onnx", "fp32", 96, tmp_path / "x", progress=False, accept_head=head_dir)
@@ -256,7 +256,7 @@ def test_sampling_with_auto_runs_and_is_seeded(pair):
 def test_cli_export_refuses_a_foreign_head_in_one_line(pair, tmp_path, capsys):
     from omnidraft.cli import main
 
-    d, t, head_dir, root = pair
+    d, _, head_dir, root = pair
     other = make_tiny_model(root / "d-other", "llama", d, seed=7, max_pos=256)
     rc = main(["export", "--model", str(other), "--format", "onnx", "--out", str(tmp_path / "x"),
                "--max-seq-len", "64", "--accept-head", str(head_dir), "--no-progress"])
