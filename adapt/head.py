@@ -220,18 +220,8 @@ def calibration(predicted: np.ndarray, observed: np.ndarray, bins: int = 10) -> 
     return out
 
 
-def plot_calibration(curves: dict[str, list[dict]], path, title: str) -> bool:
-    """Reliability diagram: one line per curve, the diagonal is perfect calibration."""
-    if not any(curves.values()):
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from omnidraft.atomic import save_figure
-
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+def draw_calibration(ax, curves: dict[str, list[dict]], title: str) -> None:
+    """Reliability diagram on ``ax``: one line per curve; the diagonal is perfect calibration."""
     ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="perfect calibration")
     for name, pts in curves.items():
         if pts:
@@ -243,6 +233,23 @@ def plot_calibration(curves: dict[str, list[dict]], path, title: str) -> bool:
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
+
+
+def plot_calibration(panels: dict[str, dict[str, list[dict]]], path, title: str) -> bool:
+    """One reliability diagram per panel (e.g. per stream), side by side, in one PNG."""
+    panels = {k: v for k, v in panels.items() if any(v.values())}
+    if not panels:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from omnidraft.atomic import save_figure
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 5), squeeze=False)
+    for ax, (name, curves) in zip(axes[0], panels.items()):
+        draw_calibration(ax, curves, f"{title}: {name}" if name else title)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

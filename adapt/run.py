@@ -117,8 +117,8 @@ def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: Adapt
                           "calibration": cal, "observed_target_tokens": len(log.head_observed),
                           "file": str(ad.dir / "drafter" / "head.json")}
         out.mkdir(parents=True, exist_ok=True)
-        if plot_calibration({f"{cfg.head_variant} (during the stream)": cal}, out / "calibration.png",
-                            f"acceptance head calibration, {stream}"):
+        if plot_calibration({stream: {f"{cfg.head_variant} (during the stream)": cal}}, out / "calibration.png",
+                            "acceptance head calibration"):
             result["head"]["plot"] = str(out / "calibration.png")
     result["files"] = reporting.write(out, result, log.accepted, log.proposed, cfg.every)
     return result

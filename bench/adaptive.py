@@ -109,7 +109,7 @@ class AdaptiveBench:
                                       "settings": {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple)
                                                        else v) for k, v in asdict(s).items()}},
                              "streams": [], "checks": [], "plots": []}
-        self.calibration: dict[str, list[dict]] = {}
+        self.calibration: dict[str, dict[str, list[dict]]] = {}  # stream -> curve -> bins
 
     def run(self) -> dict:
         from omnidraft.bench.engine import Engine, resolve_pair, set_threads
@@ -158,7 +158,7 @@ class AdaptiveBench:
         from omnidraft.adapt.head import calibration
 
         cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))
-        self.calibration[f"{stream} {variant} (train pass)"] = cal
+        self.calibration.setdefault(stream, {})[f"{variant}, train pass"] = cal
         gamma = ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma
         acc, prop = sum(log.accepted), sum(log.proposed)
         steps = [x for x in ad.head.losses if "loss" in x]
@@ -241,7 +241,8 @@ class AdaptiveBench:
                 row["gamma_final"] = round(ctl.gamma, 4) if ctl else s.gamma
                 row["gamma_history"] = ctl.history if ctl else []
                 row["calibration"] = calibration(np.asarray(pr, np.float32), np.asarray(ob, np.float32))
-                self.calibration[f"{name} {job.name.split('(')[1].rstrip(')')} (test)"] = row["calibration"]
+                variant = job.name.split("(")[1].rstrip(")")
+                self.calibration.setdefault(name, {})[f"{variant}, test prompts"] = row["calibration"]
             rows.append(row)
         best = max((r for r in rows if r["method"] in fixed), key=lambda r: r["tokens_per_s"])
         for r in rows:
@@ -274,7 +275,7 @@ class AdaptiveBench:
         self.report["checks"] = self.checks()
         plots = []
         if plot_calibration(self.calibration, out / "calibration.png",
-                            f"acceptance head calibration ({self.s.backend}, target tokens)"):
+                            f"head calibration ({self.s.backend})"):
             plots.append("calibration.png")
         if plot_tokens_per_s(self.report["streams"], out / "adaptive_tokens_per_s.png"):
             plots.append("adaptive_tokens_per_s.png")
