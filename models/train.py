@@ -31,6 +31,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from omnidraft.atomic import atomic_path, save_figure, write_json
 from omnidraft.errors import DataError, InvalidArgument, ModelFolderError
 
 MODELS_DIR = Path(__file__).resolve().parent
@@ -151,13 +152,6 @@ def _make_optimizer(model: torch.nn.Module, tr: dict[str, Any]) -> torch.optim.A
                               {"params": no_decay, "weight_decay": 0.0}], lr=tr["lr"], betas=(0.9, 0.95))
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
-
 def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list, seconds: float = 0.0) -> None:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=ckpt_dir, prefix=f".step-{step:06d}-"))
@@ -174,7 +168,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list, seconds
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _write_json_atomic(ckpt_dir / "latest.json", {"step": step, "dir": final.name})
+    write_json(ckpt_dir / "latest.json", {"step": step, "dir": final.name})
     for old in ckpt_dir.glob("step-*"):
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
@@ -221,11 +215,8 @@ def plot_losses(losses: list, path: Path, title: str) -> None:
     ax.plot(steps, vals, lw=0.8)
     ax.set_xlabel("step"); ax.set_ylabel("training loss (nats/token)"); ax.set_title(title); ax.grid(alpha=0.3)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def export_hf(model, recipe: dict[str, Any], tok_path: Path, out: Path, copy_tokenizer: bool = True) -> None:
@@ -246,7 +237,7 @@ def export_hf(model, recipe: dict[str, Any], tok_path: Path, out: Path, copy_tok
     cfg = tok_path.parent / "tokenizer_config.json"
     if cfg.is_file():
         shutil.copy(cfg, tmp / "tokenizer_config.json")
-    _write_json_atomic(tmp / "training_summary.json", {"recipe": recipe})
+    write_json(tmp / "training_summary.json", {"recipe": recipe})
     if out.exists():
         # keep files we do not produce (e.g. a locally installed tokenizer.json)
         for f in out.iterdir():
@@ -303,13 +294,13 @@ def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: 
         bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_done / (time.time() - t_start):.0f}")
         if step % tr["checkpoint_every"] == 0 or step == tr["steps"]:
             save_checkpoint(ckpt, step, model, opt, losses, seconds0 + time.time() - t_start)
-            _write_json_atomic(work_dir / "loss_curve.json", {"recipe": recipe["name"], "losses": losses})
+            write_json(work_dir / "loss_curve.json", {"recipe": recipe["name"], "losses": losses})
     bar.close()
     if out_dir is not None:
         export_hf(model, recipe, tok_path, out_dir, copy_tokenizer=recipe.get("commit_tokenizer", True))
         plot_losses(losses, MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR
                     else work_dir / "loss.png", f"{recipe['name']} training loss")
-        _write_json_atomic(out_dir / "loss_curve.json", {
+        write_json(out_dir / "loss_curve.json", {
             "recipe": recipe["name"], "losses": losses, "tokens": int(rows.numel()),
             "tokens_per_domain": {k: v * recipe["data"]["seq_len"] for k, v in domain_rows(recipe).items()},
             "train_seconds": round(checkpoint_seconds(ckpt), 1)})
@@ -325,10 +316,8 @@ def install_tokenizers() -> None:
         dest = BUNDLED_DIR / name
         if not dest.is_dir():
             raise ModelFolderError(f"{dest} is missing; run `python -m omnidraft.models.train --recipe {name}`")
-        fd, tmp = tempfile.mkstemp(dir=dest, suffix=".tmp")
-        os.close(fd)
-        shutil.copy(tok_path, tmp)
-        os.replace(tmp, dest / "tokenizer.json")
+        with atomic_path(dest / "tokenizer.json") as tmp:
+            shutil.copy(tok_path, tmp)
         print(f"installed {dest / 'tokenizer.json'}", file=sys.stderr)
 
 
