@@ -26,11 +26,14 @@ class DemoSettings:
     backend: str = "ort"
     max_seq_len: int = 512
     out: Path = Path("reports/demo")
-    adapt_prompts: int = 48       # train prompts of the adaptation pass per stream (0: no adaptation)
+    adapt_prompts: int = 32       # train prompts of the adaptation pass per stream (0: no adaptation)
+    adapt_streams: tuple[str, ...] = ("math",)  # one stream by default keeps the run near 5 minutes
     adapt_rank: int = 32
-    adapt_lr: float | None = 2e-3
+    # Short-stream settings (see bench/adapted.py): 8 AdamW steps per update of 8 prompts, sharpened target.
+    adapt_lr: float | None = 1e-3
     adapt_every: int = 8
-    adapt_steps: int = 2
+    adapt_steps: int = 8
+    adapt_temperature: float = 0.1
     adapt_engine: str = "executorch"
 
     @classmethod
@@ -86,7 +89,8 @@ def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Pa
 
     auto = s.draft_len == "auto"
     cfg = AdaptConfig(mode="lora", loss="hybrid", rank=s.adapt_rank, lr=s.adapt_lr, every=s.adapt_every,
-                      steps_per_update=s.adapt_steps, engine=s.adapt_engine, max_new_tokens=s.max_new_tokens,
+                      steps_per_update=s.adapt_steps, engine=s.adapt_engine,
+                      distill_temperature=s.adapt_temperature, max_new_tokens=s.max_new_tokens,
                       draft_len=s.draft_len, gamma=s.gamma, train_head=auto, head_variant="interleaved",
                       tune_gamma=auto)
     train = [p.prompt for p in load_stream(name, "train")[: s.adapt_prompts]]
@@ -156,9 +160,12 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
     if auto and s.backend == "executorch":
         raise InvalidArgument("--draft-len auto: ExecuTorch drafters do not carry an acceptance head yet; "
                               "use --backend ort or torch, or a fixed --draft-len K")
-    if auto and not s.adapt_prompts:
+    unknown = [n for n in s.adapt_streams if n not in STREAMS]
+    if unknown:
+        raise InvalidArgument(f"unknown --adapt-streams {', '.join(unknown)}; choose from {', '.join(STREAMS)}, all or none")
+    if auto and not (s.adapt_prompts and set(s.adapt_streams) & set(s.streams)):
         raise InvalidArgument("--draft-len auto needs the acceptance head the adaptation pass trains; "
-                              "set --adapt-prompts N >= 1, or use a fixed --draft-len K")
+                              "set --adapt-prompts N >= 1 and --adapt-streams, or use a fixed --draft-len K")
     folders = check_bundled()
     drafter_path, target_path = open_models(s.backend, s.max_seq_len, progress)
     state = s.out / "state"
@@ -177,7 +184,7 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
         curves[f"{name} (untrained)"] = spec
         if base.interrupted or spec.interrupted:
             break
-        if s.adapt_prompts:
+        if s.adapt_prompts and name in s.adapt_streams:
             adapted_path, cache_path, adaptation[name] = _adapt(s, name, folders, target_path, state, progress)
             dec = open_pair(target_path, adapted_path, cache_path=cache_path)
             _warm_up(dec, prompts[0])

@@ -73,3 +73,9 @@ def test_negative_adapt_prompts_is_refused(fake_bundled, capsys):
     assert main(["demo", "--backend", "torch", "--streams", "math", "--adapt-prompts", "-1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--adapt-prompts" in err[0]
+
+
+def test_unknown_adapt_stream_is_refused(fake_bundled, capsys):
+    assert main(["demo", "--backend", "torch", "--streams", "math", "--adapt-streams", "poetry"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--adapt-streams poetry" in err[0] and "code, math, text" in err[0]

@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "pass also trains the acceptance head and the adapted row stops drafting by it")
     p.add_argument("--gamma", type=float, default=0.5, help="auto: initial stopping threshold in (0, 1), tuned during adaptation")
     p.add_argument("--adapt-prompts", type=int, metavar="N",
-                   help="train prompts of the online adaptation pass per stream (default 48; 0 skips it; --quick: 0)")
+                   help="train prompts of the online adaptation pass per stream (default 32; 0 skips it; --quick: 0)")
+    p.add_argument("--adapt-streams", default="math", help="streams that get an adaptation pass: comma list, all, or none")
     p.add_argument("--adapt-engine", default="executorch",
                    help="LoRA gradients from the ExecuTorch training program (as on device) | eager")
     p.add_argument("--out", type=Path, default=Path("reports/demo"), help="report folder (JSON + PNG)")
@@ -46,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         s.adapt_prompts = args.adapt_prompts
     elif draft_len == "auto" and args.quick:
         s.adapt_prompts = 8  # auto needs a trained head: a short pass even in a smoke run
+    names = args.adapt_streams.strip()
+    s.adapt_streams = (s.streams if names == "all" else () if names == "none"
+                       else tuple(n.strip() for n in names.split(",") if n.strip()))
     if args.adapt_engine not in ("executorch", "eager"):
         raise InvalidArgument(f"unknown --adapt-engine {args.adapt_engine!r}; choose executorch or eager")
     s.adapt_engine = args.adapt_engine
