@@ -168,9 +168,12 @@ def gate(steps: dict, ref: tuple[np.ndarray, np.ndarray], fp32_ref: tuple[np.nda
 
 # Acceptance head (issue #6). fp32: the in-graph head computes the eager head's math, so the same
 # 1e-4 logit bar applies. Quantized: the head is held to its quantize-dequantized eager reference in
-# probability space; 0.05 is far above MatMulNBits' per-block rounding on a sigmoid and far below
-# what a wrong feature (e.g. the pre-norm hidden state, or a stale KV row) produces.
-ACCEPT_MAX_PROB_DIFF = 0.05
+# probability space, on the mean and the worst position. The reference rounds weights only, while
+# int8 MatMulNBits (accuracy level 4) also rounds activations per row, so a single position can move
+# further (measured on bundled-pair heads: mean 0.0008, worst 0.009 for one head and 0.11 for
+# another); a wrong feature (the pre-norm hidden state, a stale KV row) moves every position.
+ACCEPT_MEAN_PROB_DIFF = 0.02
+ACCEPT_MAX_PROB_DIFF = 0.25
 
 
 def _accept_reference(model: torch.nn.Module, head: torch.nn.Module):
@@ -187,7 +190,7 @@ def gate_accept(backend, sched: Schedule, model: torch.nn.Module, head: torch.nn
     the eager drafter + head on the full sequences; raises ExportError past the bar."""
     ref_a, ref_b = reference_logits(_accept_reference(model, head), sched)
     steps = run_artifact(backend, sched, lambda ids, pos: backend.forward_with_accept(ids, pos)[1])
-    worst_logit, worst_prob = 0.0, 0.0
+    worst_logit, worst_prob, diffs = 0.0, 0.0, []
 
     def sig(x: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
@@ -197,13 +200,18 @@ def gate_accept(backend, sched: Schedule, model: torch.nn.Module, head: torch.nn
         if got.shape != ref.shape:
             raise ExportError(f"parity: {what} returned accept_logits of shape {got.shape}, expected {ref.shape}")
         worst_logit = max(worst_logit, float(np.abs(got - ref).max()))
-        worst_prob = max(worst_prob, float(np.abs(sig(got) - sig(ref)).max()))
-    fig = {"max_abs_diff": worst_logit, "max_prob_diff": worst_prob,
+        diffs.append(np.abs(sig(got) - sig(ref)).ravel())
+        worst_prob = max(worst_prob, float(diffs[-1].max()))
+    mean_prob = float(np.concatenate(diffs).mean()) if diffs else 0.0
+    fig = {"max_abs_diff": worst_logit, "max_prob_diff": worst_prob, "mean_prob_diff": mean_prob,
            "reference": "fp32-eager" if fp32 else "quantized-eager"}
-    bad = not np.isfinite(worst_logit) or (worst_logit > FP32_MAX_ABS_DIFF if fp32 else worst_prob > ACCEPT_MAX_PROB_DIFF)
+    bad = not np.isfinite(worst_logit) or (worst_logit > FP32_MAX_ABS_DIFF if fp32 else
+                                           worst_prob > ACCEPT_MAX_PROB_DIFF or mean_prob > ACCEPT_MEAN_PROB_DIFF)
     if bad:
-        bar = f"{FP32_MAX_ABS_DIFF:g} in logits" if fp32 else f"{ACCEPT_MAX_PROB_DIFF} in probability"
+        bar = (f"{FP32_MAX_ABS_DIFF:g} in logits" if fp32 else
+               f"mean {ACCEPT_MEAN_PROB_DIFF} / worst {ACCEPT_MAX_PROB_DIFF} in probability")
         raise ExportError(f"parity gate failed: the acceptance head in {what} differs from eager by "
-                          f"{worst_logit:.3g} in logits / {worst_prob:.3g} in probability (limit {bar}); "
+                          f"{worst_logit:.3g} in logits / mean {mean_prob:.3g}, worst {worst_prob:.3g} in probability "
+                          f"(limit {bar}); "
                           "the head's lowering is wrong — do not use this artifact")
     return fig

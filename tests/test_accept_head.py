@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,7 +227,26 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
     # int8: the head is quantized with the drafter and gated against its quantized reference
     res8 = export_model(d, "onnx", "int8", 96, root / "onnx-head-int8", progress=False, accept_head=head_dir,
                         min_top1=0.0)
-    assert res8.manifest.parity["accept_head"]["max_prob_diff"] < 0.05
+    fig8 = res8.manifest.parity["accept_head"]
+    assert fig8["max_prob_diff"] < 0.05 and fig8["mean_prob_diff"] < 0.02
+    # Negative control: the same int8 graph gated against a head that is not the one inside it.
+    from omnidraft.errors import ExportError
+    from omnidraft.export import parity
+    from omnidraft.export.hf_model import inspect_folder
+    from omnidraft.export.hf_model import load_model as load_hf_model
+    from omnidraft.export.onnx_export import _head_reference
+    from omnidraft.export.quantize import ort_reference
+    from omnidraft.runtime.backends.ort import OrtBackend
+
+    head, _ = load_head(head_dir)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    model = load_hf_model(inspect_folder(d))
+    sched = parity.parity_tokens(Path(d) / "tokenizer.json", model.config.vocab_size, 96)
+    with pytest.raises(ExportError, match="acceptance head"):
+        parity.gate_accept(OrtBackend(root / "onnx-head-int8", load_manifest(root / "onnx-head-int8")), sched,
+                           ort_reference(model, "int8"), _head_reference(head, "int8"), False, "the int8 graph")
     with pytest.raises(InvalidArgument, match="re-export the drafter"):
         load_model(root / "onnx-head", accept_head=head_dir)
 
