@@ -19,7 +19,7 @@ BACKENDS = {"ort": ("onnx", "int8"), "executorch": ("executorch", "8da4w"), "tor
 @dataclass
 class DemoSettings:
     streams: tuple[str, ...] = STREAMS
-    prompts: int = 12
+    prompts: int = 10
     max_new_tokens: int = 48
     draft_len: int | str = 4      # "auto": the adaptation pass trains the acceptance head (issue #6)
     gamma: float = 0.5
