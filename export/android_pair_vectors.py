@@ -48,23 +48,22 @@ FLOOR = np.float32(-1e4)
 TOP_N = 32
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 
-# (name, prompt, config, cache: None (fresh) or "chain" (previous run's final cache, via its file))
+_MATH = ("Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+         "How many clips did Natalia sell altogether in April and May?\nAnswer:")
+# (name, prompt, config, cache: None (fresh) or "chain" (previous run's final cache, via its file)).
+# Each chained run follows the greedy run of the same domain: the greedy run adds n-grams, the
+# chained sampling run proposes merged tokens from them and the target accepts some (hits).
+# Token budgets keep the file small: every round stores about 2K+1 rows of TOP_N entries.
 PAIR_RUNS = [
     ("pair-greedy-ngram-code", "def fibonacci(n):",
      dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), None),
-    # Same prompt on the cache the first run filled: the drafter proposes those sub-token runs again
-    # and the target accepts merged n-grams (hits).
-    ("pair-greedy-ngram-code-chained", "def fibonacci(n):",
-     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), "chain"),
     ("pair-sample-ngram-code-chained", "def fibonacci(n):",
      dict(temperature=0.8, draft_len=4, mode="ngram", max_new_tokens=32, seed=7), "chain"),
-    ("pair-greedy-dm-math", "Natalia sold clips to 48 of her friends in April, and then",
-     dict(temperature=0.0, draft_len=5, mode="dm", max_new_tokens=24), None),
-    ("pair-sample-dm-math", "Natalia sold clips to 48 of her friends in April, and then",
-     dict(temperature=1.0, draft_len=3, mode="dm", max_new_tokens=32, seed=11), None),
-    ("pair-greedy-ngram-text", "Once upon a time, there was a little",
+    ("pair-greedy-dm-math", _MATH, dict(temperature=0.0, draft_len=4, mode="dm", max_new_tokens=16), None),
+    ("pair-sample-dm-math", _MATH, dict(temperature=1.0, draft_len=3, mode="dm", max_new_tokens=24, seed=11), None),
+    ("pair-greedy-ngram-text", "The quick brown fox",
      dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), None),
-    ("pair-sample-ngram-text", "Once upon a time, there was a little",
+    ("pair-sample-ngram-text-chained", "To be, or not to be, that is the question:",
      dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=32, seed=5), "chain"),
     ("pair-greedy-target-only-text", "The capital of France is",
      dict(temperature=0.0, draft_len=4, mode="target-only", max_new_tokens=16), None),

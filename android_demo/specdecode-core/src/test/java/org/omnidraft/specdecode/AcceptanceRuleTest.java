@@ -78,8 +78,9 @@ public class AcceptanceRuleTest {
 
     /**
      * Takes a merged n-gram's q' as q of its first sub-token, ignoring the product over its
-     * sub-tokens (Eq. 1). Must fail the scripted replay (the bundled pair's sampling runs test too
-     * few merged tokens for it to matter).
+     * sub-tokens (Eq. 1). Must fail the scripted replay. The bundled pair's sampling runs cannot
+     * show it: every cached n-gram they test is the one-token entry (byte-fallback "<0x0A>") -> "\n",
+     * whose product has a single factor.
      */
     @Test
     public void ignoringTheMergedTokenProductIsCaught() throws Exception {
