@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from omnidraft.errors import AdapterError, ExportError, ModelFolderError
+from omnidraft.runtime.manifest import sha256_file
 
 FORMAT = "omnidraft.adapter"
 VERSION = "1"
@@ -38,20 +39,12 @@ SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 
 
 # -- identity --------------------------------------------------------------------------------
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _weights_sha256(folder: Path) -> str:
     """Same convention as the export manifest's ``source_model_sha256``: one file -> its sha256,
     shards -> sha256 over (name, sha256) in name order."""
     single = folder / "model.safetensors"
     if single.is_file():
-        return _sha256_file(single)
+        return sha256_file(single)
     index = folder / "model.safetensors.index.json"
     try:
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -59,7 +52,7 @@ def _weights_sha256(folder: Path) -> str:
         raise ModelFolderError(f"{folder} has no readable model.safetensors(.index.json); pass a complete model folder") from None
     h = hashlib.sha256()
     for s in shards:
-        h.update(s.encode() + b"\0" + _sha256_file(folder / s).encode())
+        h.update(s.encode() + b"\0" + sha256_file(folder / s).encode())
     return h.hexdigest()
 
 
@@ -77,7 +70,7 @@ def model_identity(folder: str | Path) -> tuple[str, str]:
     tok = folder / "tokenizer.json"
     if not tok.is_file():
         raise ModelFolderError(f"{folder} has no tokenizer.json; pass a model folder with its tokenizer")
-    return _sha256_file(tok), _weights_sha256(folder)
+    return sha256_file(tok), _weights_sha256(folder)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ hashes they record.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 
 from omnidraft.export.android_loop_vectors import Recorder, open_cache, record_run
+from omnidraft.runtime.manifest import sha256_file
 from omnidraft.runtime.ngram_cache import NgramCache
 
 from omnidraft.errors import ModelFolderError
@@ -112,19 +112,11 @@ class TopNBackend:
         self.inner.reset()
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def weights_sha256(folder: Path) -> str:
     path = Path(folder) / "model.safetensors"
     if not path.is_file():
         raise ModelFolderError(f"{path} is missing; restore the bundled pair from git (git checkout -- {folder})")
-    return file_sha256(path)
+    return sha256_file(path)
 
 
 def pair_vectors(drafter_dir: Path = BUNDLED / "drafter", target_dir: Path = BUNDLED / "target",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.errors import InvalidArgument, ModelFolderError
+from omnidraft.runtime.manifest import sha256_file
 
 HEAD_JSON = "head.json"
 HEAD_WEIGHTS = "head.safetensors"
@@ -51,14 +52,6 @@ class HeadInfo:
     drafter: DrafterIdentity
     weights_sha256: str
     training: dict
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def drafter_identity(folder: str | Path) -> DrafterIdentity:
