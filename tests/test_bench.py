@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from tiny_models import make_tiny_model
@@ -299,7 +298,10 @@ def test_sigint_from_outside_exits_cleanly(pair, tmp_path):
     cmd[cmd.index("--max-new-tokens") + 1] = "48"
     cmd[cmd.index("--prompts") + 1] = "12"
     with open(err_file, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=os.environ.copy())
+        # The child inherits SIGINT ignored when the test run itself is a background job; the bench
+        # command must re-enable it (omnidraft/commands/bench.py), which this test proves.
+        ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=os.environ.copy(), preexec_fn=ignore)
         deadline = time.time() + 600  # a loaded machine imports slowly; the loop leaves as soon as rows start
         while "rows in lockstep" not in err_file.read_text() and time.time() < deadline and proc.poll() is None:
             time.sleep(0.02)

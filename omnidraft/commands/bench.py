@@ -45,7 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+
     from omnidraft.bench.bench import BenchSettings, run_bench
+
+    # A shell starts background jobs with SIGINT ignored, and Python keeps that; a long bench started
+    # with `... &` must still stop on `kill -INT` and write the rows it finished.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     common = dict(pair=args.pair, streams=_csv(args.streams), out=args.out, max_seq_len=args.max_seq_len,
                   threads=args.threads or None)
