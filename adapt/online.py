@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -310,12 +310,15 @@ class OnlineAdapter:
         return out
 
     # -- evaluation ---------------------------------------------------------------------------
-    def evaluate(self, prompts: list[str], weights: dict[str, torch.Tensor], cache, progress=None) -> Measure:
+    def evaluate(self, prompts: list[str], weights: dict[str, torch.Tensor], cache, progress=None,
+                 draft_len: int | None = None) -> Measure:
+        """Held-out acceptance of ``weights`` + ``cache`` (a copy is decoded), at the run's K or ``draft_len``."""
         live_w, live_c = self.trainer.snapshot(), self.decoder.cache
+        dcfg = self.dcfg if draft_len is None else replace(self.dcfg, draft_len=draft_len)
         try:
             self.trainer.restore(weights)
             self.decoder.cache = cache
-            return measure(self.decoder, prompts, self.dcfg, progress=progress)
+            return measure(self.decoder, prompts, dcfg, progress=progress)
         finally:
             self.trainer.restore(live_w)
             self.decoder.cache = live_c

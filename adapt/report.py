@@ -72,6 +72,13 @@ def markdown(report: dict) -> str:
         if "cache_only" in ev:
             lift += f" (adapted vs base drafter, same cache: {ev['after']['acceptance'] - ev['cache_only']['acceptance']:+.4f})"
         lines += ["", lift]
+    if ev.get("by_draft_len"):
+        lines += ["", "Held-out acceptance at each fixed draft length K (base drafter with a fresh cache, base drafter "
+                  "with the stream's cache, adapted drafter with it):", "",
+                  "| K | base, fresh cache | base, stream cache | adapted | lift |", "|---:|---:|---:|---:|---:|"]
+        for k, row in ev["by_draft_len"].items():
+            b, c, a = (row[x]["acceptance"] for x in ("before", "cache_only", "after"))
+            lines.append(f"| {k} | {b:.4f} | {c:.4f} | {a:.4f} | {a - b:+.4f} |")
     s = report["stream_summary"]
     lines += ["", f"Stream: {s['prompts']} prompts, {s['updates']} updates ({s['skipped_updates']} skipped), "
                   f"acceptance first/last quarter {s['first_quarter']:.4f} / {s['last_quarter']:.4f}, "

@@ -31,6 +31,19 @@ def load_prompts(stream: str, split: str, limit: int | None) -> list[str]:
     return [p.prompt for p in items]
 
 
+def _by_draft_len(ad: OnlineAdapter, test: list[str], final_cache, draft_lens: tuple[int, ...],
+                  progress: bool) -> dict[str, dict]:
+    out = {}
+    with _bar(3 * len(draft_lens) * len(test), "eval per K", progress) as bar:
+        for k in draft_lens:
+            row = {}
+            for key, weights, cache in (("before", ad.initial, ad.initial_cache), ("cache_only", ad.initial, final_cache),
+                                        ("after", ad.published, final_cache)):
+                row[key] = ad.evaluate(test, weights, cache, progress=lambda m: bar.update(1), draft_len=k).summary()
+            out[str(k)] = row
+    return out
+
+
 def _bar(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
@@ -39,9 +52,14 @@ def _bar(total: int, desc: str, enabled: bool):
 
 def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: AdaptConfig, state: Path | None = None,
                  train_limit: int | None = None, eval_split: str | None = "test", eval_limit: int | None = None,
-                 greedy_check: int = 8, progress: bool = True) -> dict:
+                 greedy_check: int = 8, progress: bool = True, eval_draft_lens: tuple[int, ...] = ()) -> dict:
+    """``eval_draft_lens``: also measure held-out acceptance before/after at each of these fixed K
+    (acceptance per proposed token falls with K, so a lift is only comparable at the same K)."""
     t_start = time.perf_counter()
     cfg.validate()  # bad options fail before any stream or model is read
+    bad = [k for k in eval_draft_lens if k < 1]
+    if bad:
+        raise InvalidArgument(f"--eval-draft-lens must be positive integers (got {bad[0]}); e.g. 1,2,3,4")
     train = load_prompts(stream, "train", train_limit)
     test = load_prompts(stream, eval_split, eval_limit) if eval_split else []
     ad = OnlineAdapter(drafter, target, state or out / "state", cfg)
@@ -71,6 +89,8 @@ def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: Adapt
         with _bar(len(test), "eval cache only", progress) as bar:
             ev["cache_only"] = ad.evaluate(test, ad.initial, final_cache,
                                            progress=lambda m: (bar.update(1), bar.set_postfix(acc=f"{m.acceptance:.3f}"))).summary()
+        if eval_draft_lens:
+            ev["by_draft_len"] = _by_draft_len(ad, test, final_cache, eval_draft_lens, progress)
         if greedy_check:
             from .guard import measure
             from omnidraft.runtime.speculative import DecodeConfig

@@ -67,7 +67,9 @@ def test_bad_inputs_get_one_clear_line(pair, tmp_path, capsys):
     common = ["--drafter", str(d), "--target", str(t), "--out", str(tmp_path / "o")]
     cases = [(["--stream", str(empty)], "empty"), (["--stream", str(broken)], "line 2"),
              (["--stream", "poetry"], "unknown stream"), (["--stream", str(broken), "--loss", "kl"], "--loss"),
-             (["--stream", str(broken), "--every", "0"], "every")]
+             (["--stream", str(broken), "--every", "0"], "every"),
+             (["--stream", str(broken), "--eval-draft-lens", "1,two"], "--eval-draft-lens"),
+             (["--stream", str(broken), "--eval-draft-lens", "0,2"], "--eval-draft-lens")]
     for extra, needle in cases:
         assert main(["adapt", *common, *extra]) == 1
         err = capsys.readouterr().err.strip().splitlines()
@@ -113,3 +115,23 @@ def test_greedy_output_after_adaptation_equals_target_only(pair, tmp_path):
     ref = online.measure(ad.decoder, PROMPTS, DecodeConfig(max_new_tokens=12, mode="target-only"))
     assert spec.proposed > 0 and len(spec.outputs) == len(PROMPTS)
     assert spec.outputs == ref.outputs
+
+
+def test_eval_per_draft_len_matches_the_run_eval(pair, tmp_path, monkeypatch):
+    """The per-K table re-measures the same weights and caches: at the run's own K it must reproduce
+    the before/after figures, and the markdown report carries one row per K."""
+    from omnidraft.adapt import run as run_mod
+
+    d, t, stream = pair
+    real = run_mod.load_prompts
+    monkeypatch.setattr(run_mod, "load_prompts",
+                        lambda s, split, limit: PROMPTS[:3] if split == "test" else real(s, split, limit))
+    rep = run_mod.adapt_stream(d, t, str(stream), tmp_path / "out", _cfg(draft_len=2), eval_split="test",
+                               greedy_check=0, progress=False, eval_draft_lens=(1, 2))
+    ev = rep["eval"]
+    assert set(ev["by_draft_len"]) == {"1", "2"}
+    for key in ("before", "cache_only", "after"):
+        assert ev["by_draft_len"]["2"][key]["acceptance"] == ev[key]["acceptance"]
+        assert ev["by_draft_len"]["1"][key]["prompts"] == 3
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| K | base, fresh cache" in md and md.count("\n| 1 |") == 1 and md.count("\n| 2 |") == 1

@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-limit", type=int, help="use only the first N prompts of the train stream")
     p.add_argument("--eval-split", default="test", help="held-out split for before/after acceptance ('none' to skip)")
     p.add_argument("--eval-limit", type=int, help="use only the first N held-out prompts")
+    p.add_argument("--eval-draft-lens", default="", metavar="K,...",
+                   help="also report held-out acceptance before/after at each of these fixed K (e.g. 1,2,3,4)")
     p.add_argument("--guard-window", type=int, default=8, help="recent prompts re-decoded by the drift guard")
     p.add_argument("--guard-margin", type=float, default=0.02, help="largest acceptance drop a delta may cause")
     p.add_argument("--publish-every", type=int, default=8, help="updates between guarded publishes")
@@ -81,8 +83,13 @@ def run(args: argparse.Namespace) -> int:
                       tune_gamma=args.tune_gamma, head_steps=args.head_steps, head_replay=args.head_replay,
                       head_batch=args.head_batch)
     split = None if args.eval_split in ("none", "") else args.eval_split
+    try:
+        eval_ks = tuple(int(k) for k in args.eval_draft_lens.split(",") if k.strip())
+    except ValueError:
+        raise InvalidArgument(f"--eval-draft-lens takes comma-separated integers like 1,2,3,4 "
+                              f"(got {args.eval_draft_lens!r})") from None
     result = adapt_stream(args.drafter, args.target, args.stream, args.out, cfg, args.state, args.train_limit,
-                          split, args.eval_limit)
+                          split, args.eval_limit, eval_draft_lens=eval_ks)
     if args.json:
         print(json.dumps(result))
     else:
