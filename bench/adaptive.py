@@ -140,10 +140,16 @@ class AdaptiveBench:
 
         from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
 
+        from omnidraft.bench.adapted import FULL
+
         s = self.s
-        cfg = AdaptConfig(mode="full", loss=s.loss, engine="eager", every=s.every, max_new_tokens=s.max_new_tokens,
+        # Distilling the drafter too: the bench's short-stream settings (the paper's lr and one step per
+        # update barely move the drafter in a few dozen prompts; see bench/adapted.py).
+        distill = {**FULL, "loss": s.loss} if s.loss != "none" else {"mode": "full", "loss": "none", "engine": "eager"}
+        cfg = AdaptConfig(every=s.every, max_new_tokens=s.max_new_tokens,
                           draft_len="auto", gamma=s.gamma, max_draft_len=s.max_draft_len, train_head=True,
-                          head_variant=variant, tune_gamma=s.tune_gamma, head_steps=s.head_steps, head_lr=s.head_lr)
+                          head_variant=variant, tune_gamma=s.tune_gamma, head_steps=s.head_steps, head_lr=s.head_lr,
+                          **distill)
         state = s.out / "state" / f"{stream}.{variant}"
         shutil.rmtree(state, ignore_errors=True)  # our own scratch: never resume an earlier run
         # The pass verifies with the deployed target (this backend's export), so its labels are the
@@ -165,7 +171,10 @@ class AdaptiveBench:
         summary = {"train_prompts": len(log.acceptance), "head_updates": len(steps),
                    "stream_acceptance": round(acc / prop, 4) if prop else None, "gamma_after": round(gamma, 4),
                    "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
-                   "last_head_loss": steps[-1]["loss"] if steps else None, "calibration": cal}
+                   "last_head_loss": steps[-1]["loss"] if steps else None, "calibration": cal,
+                   "drafter_training": {"loss": cfg.loss, "updates": ad.updates, "lr": ad.trainer.lr,
+                                        "steps_per_update": cfg.steps_per_update,
+                                        "distill_temperature": cfg.distill_temperature}}
         return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, gamma, summary)
 
     def _drafter(self, folder: Path):

@@ -121,3 +121,22 @@ def test_demo_auto_refusals(fake_bundled, capsys, extra, needle):
     assert main(["demo", "--streams", "math", "--draft-len", "auto", *extra]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_hybrid_loss_distils_the_drafter_of_each_pass(pair, tmp_path):
+    """--loss hybrid: each variant's pass fine-tunes the drafter (its fixed-K rows then run on it), with
+    the bench's short-stream settings, and greedy output still equals target-only on every row."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "out"
+    assert main(_argv(pair, out, "--backend", "torch", "--loss", "hybrid", "--variants", "joint")) == 0
+    doc = json.loads((out / "adaptive.json").read_text())
+    (st,) = doc["streams"]
+    assert all(r["outputs_match_target_only"] for r in st["rows"])
+    dt = st["passes"]["joint"]["drafter_training"]
+    assert dt["loss"] == "hybrid" and dt["updates"] > 0 and dt["lr"] == 1e-3 and dt["steps_per_update"] == 8
+    base = load_file(str(pair[0] / "model.safetensors"))
+    (tuned_file,) = (out / "state" / "math.joint").glob("*/drafter/model.safetensors")
+    tuned = load_file(str(tuned_file))
+    assert any(not np.array_equal(base[k], tuned[k]) for k in base if k in tuned)
