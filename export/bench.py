@@ -86,7 +86,7 @@ def time_steps(backend, context: int, repeats: int, ks=KS) -> tuple[dict[str, fl
 
 
 def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=None, max_seq_len: int = 256,
-              context: int = 64, repeats: int = 20, reuse: bool = False, et_path: str = "auto",
+              context: int = 64, repeats: int = 100, reuse: bool = False, et_path: str = "auto",
               threads: int | None = 1) -> dict:
     from .pipeline import export_model
 
