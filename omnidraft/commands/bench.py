@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                        "no adaptation or eviction runs (under 3 minutes once exports are cached)")
     p.add_argument("--prompts", type=int, help="held-out test prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--draft-lens", help="fixed draft lengths K to sweep (default 2,3,4,6)")
+    p.add_argument("--draft-lens", help="fixed draft lengths K to sweep (default 1,2,3,4,6)")
     p.add_argument("--train-prompts", type=int, help="train prompts that pre-collect the cache of spd-dm+ngram_pp")
     p.add_argument("--adapt-prompts", type=int, help="train prompts of the adaptation pass (adapted rows)")
     p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
