@@ -3,7 +3,7 @@ measured report (each check cites the values it compared; a check without data s
 
 from __future__ import annotations
 
-ADAPTED_BEST = ("hybrid+adaptive", "hybrid+lora", "hybrid", "l-dm")
+ADAPTED = ("l-dm", "hybrid", "hybrid+lora", "hybrid+adaptive")  # rows measured after the adaptation pass
 
 
 def _ok(rows: list[dict], stream: str, method: str) -> dict | None:
@@ -37,7 +37,8 @@ def ordering(report: dict) -> list[dict]:
 def must_show(report: dict) -> list[dict]:
     rows, peers, out = report["rows"], report["peers"], []
     for stream in dict.fromkeys(r["stream"] for r in rows):
-        best = next((r for m in ADAPTED_BEST if (r := _ok(rows, stream, m))), None)
+        # "Best setting": the fastest adapted row (a fixed preference order once picked a slower one).
+        best = max((r for m in ADAPTED if (r := _ok(rows, stream, m))), key=lambda r: r["speedup"], default=None)
         if stream in ("code", "math"):
             out.append(_check("adapted wall-clock speedup >= 1.3x", stream,
                               best["speedup"] >= 1.3 if best else None,

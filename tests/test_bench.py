@@ -198,7 +198,8 @@ def test_checks_follow_the_numbers():
         return {"stream": "math", "method": method, "status": "ok", "acceptance_rate": acc, "speedup": speedup,
                 "bound": 2.0}
 
-    rep = {"rows": [row("spd-dm", 0.1), row("spd-dm+ngram", 0.15), row("l-dm", 0.3), row("hybrid", 0.25, 1.4)],
+    rep = {"rows": [row("spd-dm", 0.1), row("spd-dm+ngram", 0.15), row("l-dm", 0.3), row("hybrid", 0.25, 1.4),
+                    row("hybrid+adaptive", 0.35, 0.8)],  # a slower adapted row must not hide the fastest
            "peers": [{"stream": "math", "name": "omnidraft-ort", "tokens_per_s": 30.0, "method": "hybrid",
                       "outputs_match_target_only": True},
                      {"stream": "math", "name": "hf-assisted-uag", "tokens_per_s": 10.0}]}
