@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "pass also trains the acceptance head and the adapted row stops drafting by it")
     p.add_argument("--gamma", type=float, default=0.5, help="auto: initial stopping threshold in (0, 1), tuned during adaptation")
     p.add_argument("--adapt-prompts", type=int, metavar="N",
-                   help="train prompts of the online adaptation pass per stream (default 32; 0 skips it; --quick: 0)")
+                   help="train prompts of the online adaptation pass per stream (default 24; 0 skips it; --quick: 0)")
     p.add_argument("--adapt-streams", help="streams that get an adaptation pass: comma list, all, or none "
                    "(default: code, or the first of --streams when code is not among them)")
     p.add_argument("--adapt-engine", default="executorch",
