@@ -21,8 +21,8 @@ class DemoSettings:
     streams: tuple[str, ...] = STREAMS
     prompts: int = 10
     max_new_tokens: int = 48
-    # K = 2: the best fixed K for the adapted drafter in `omnidraft bench` (K = 4 costs the untrained
-    # drafter most: its acceptance is concentrated on the first drafted token).
+    # K = 2: K = 4 costs the untrained drafter most (its acceptance sits on the first drafted token);
+    # K = 1 measured no better in the demo (adapted code row 0.49x vs 0.76x at K = 2, one run each).
     draft_len: int | str = 2      # "auto": the adaptation pass trains the acceptance head (issue #6)
     gamma: float = 0.5
     backend: str = "ort"
