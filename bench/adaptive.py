@@ -139,7 +139,6 @@ class AdaptiveBench:
         from tqdm import tqdm
 
         from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
-
         from omnidraft.bench.adapted import FULL
 
         s = self.s
