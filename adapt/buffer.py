@@ -16,6 +16,10 @@ For each decoded (prompt, response) a ``Record`` keeps
 * n-gram positions: drafter sub-tokens of target tokens spelled by >= 2 drafter tokens with matching
   byte boundaries (or by one drafter token without a direct mapping, e.g. byte-fallback "\\n"), the
   labels of the paper's NLL term.
+* split positions (our extension, with ``splits``): a drafter token without a direct mapping whose
+  bytes are exactly several consecutive target tokens (e.g. a run of spaces the target writes one
+  space at a time). The loop proposes it as a split (greedy); its label joins the NLL term, the
+  point-wise likelihood of a multi-token span the target produced, mirroring the n-gram case.
 
 Row ``r`` of the drafter's logits predicts ``ids[r + 1]``; positions below are rows.
 """
@@ -81,8 +85,9 @@ class Collector:
     """Builds one Record per generation; pass ``on_verified`` to ``SpeculativeDecoder.generate``."""
 
     def __init__(self, drafter_codec: TokenCodec, target_codec: TokenCodec, vocab: VocabMap,
-                 lookbehind: int = 8, k: int = TOP_K, temperature: float = 1.0) -> None:
+                 lookbehind: int = 8, k: int = TOP_K, temperature: float = 1.0, splits: bool = True) -> None:
         self.dc, self.tc, self.vocab, self.lookbehind = drafter_codec, target_codec, vocab, lookbehind
+        self.splits = splits
         self.temperature = temperature
         self.k = min(k, vocab.size)
         self.idx_dtype = np.uint16 if vocab.size <= 65535 else np.int32
@@ -110,6 +115,7 @@ class Collector:
         offset = len(d.prefix)
         by_start = {s: n for n, s in enumerate(starts)}
         dm_rows, dm_idx, dm_logp, dm_tail, ng_rows, masses = [], [], [], [], [], []
+        target_ends = {b for _, _, b in self.spans}
         for (t, a, b), (top, logp, tail, mass) in zip(self.spans, self.rows):
             n = by_start.get(a)
             if n is None or a == b:
@@ -117,7 +123,11 @@ class Collector:
             m = n
             while m < len(toks) and ends[m] < b:
                 m += 1
-            if m >= len(toks) or ends[m] != b:
+            if m >= len(toks):
+                continue
+            if ends[m] != b:
+                if self.splits and m == n and ends[n] in target_ends and toks[n] in self.vocab.splits:
+                    ng_rows.append(offset + n - 1)  # t opens a split drafter token the target spelled whole
                 continue
             mapped = int(self.vocab.d2t[toks[n]])
             if m == n and mapped == t:

@@ -84,16 +84,24 @@ class HeadCollector:
             draft, spans, acc = rnd["draft"], rnd["spans"], rnd["accepted"]
             z = rnd.get("accept_logits") or []
             n_obs = min(len(spans), len(rows), acc + 1)
-            for j in range(n_obs):
+            j = 0
+            while j < n_obs:
                 a, b = spans[j]
+                # A split drafter token proposes several target tokens under one span: one label for
+                # all of them (accepted only if all are), as the stopping rule multiplies per drafter token.
+                e = j + 1
+                while e < len(spans) and spans[e] == (a, b):
+                    e += 1
                 g = len(p_t)
                 for i in range(a, b):
                     feats.append(rec[offset + i])
                     toks.append(draft[i])
                     group.append(g)
-                p_t.append(_target_prob(rows[j], rnd["target_ids"][j], self.temperature))
-                obs.append(1.0 if j < acc else 0.0)
+                p_t.append(math.prod(_target_prob(rows[i], rnd["target_ids"][i], self.temperature)
+                                     for i in range(j, min(e, len(rows)))))
+                obs.append(1.0 if e <= acc else 0.0)
                 pred.append(math.exp(sum(log_sigmoid(z[i]) for i in range(a, b))) if len(z) >= b else float("nan"))
+                j = e
             offset += len(draft)
         if not p_t:
             return None

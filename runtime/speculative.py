@@ -21,7 +21,8 @@ from omnidraft.runtime.backends.base import has_accept_head
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.sampling import draw, masked_argmax, residual, softmax
-from omnidraft.runtime.translate import DrafterContext, harvest_ngrams, proposal_prob, q_prime_full, translate
+from omnidraft.runtime.translate import (DrafterContext, Translation, harvest_ngrams, proposal_prob, q_prime_full,
+                                         translate)
 from omnidraft.runtime.vocab import VocabMap, build_vocab_map
 
 MODES = ("ngram", "dm", "target-only")
@@ -37,6 +38,12 @@ class DecodeConfig:
     lookbehind: int = 8
     gamma: float = 0.5            # auto: stop once P(some drafted token is rejected) > gamma
     max_draft_len: int = 16       # auto: K_max
+    splits: bool = True           # ngram mode, greedy: draft unmapped tokens the target spells with several
+
+    @property
+    def uses_splits(self) -> bool:
+        # Sampling needs q' for every proposed target token (Eq. 1-2), which a split does not define.
+        return self.splits and self.mode == "ngram" and self.temperature == 0
 
     @property
     def adaptive(self) -> bool:
@@ -64,6 +71,8 @@ class DecodeStats:
     ngram_proposed: int = 0
     ngram_hits: int = 0       # merged n-gram tokens the target accepted
     ngram_added: int = 0
+    split_proposed: int = 0   # target tokens proposed through a split drafter token
+    split_accepted: int = 0
     drafter_calls: int = 0
     new_tokens: int = 0
     seconds: float = 0.0
@@ -105,11 +114,14 @@ class SpeculativeDecoder:
         self._mask_key: tuple | None = None
         self._mask: np.ndarray | None = None
 
-    def _draft_mask(self, mode: str) -> np.ndarray:
-        """Drafter tokens that can be translated: the direct map, plus n-gram sub-tokens in ngram mode."""
-        key = (mode, self.cache.version if self.cache is not None else -1)
+    def _draft_mask(self, mode: str, splits: bool = False) -> np.ndarray:
+        """Drafter tokens that can be translated: the direct map, plus n-gram sub-tokens in ngram mode,
+        plus split tokens when splits are on."""
+        key = (mode, splits, self.cache.version if self.cache is not None else -1)
         if key != self._mask_key:
             mask = self.vocab.dm_mask.copy()
+            if splits:
+                mask |= self.vocab.split_mask
             if mode == "ngram" and self.cache is not None:
                 mask |= self.cache.drafter_tokens
             self._mask, self._mask_key = mask, key
@@ -228,7 +240,7 @@ class _Run:
             #    never sees, so drafting goes on until the tokens close a target token (or K_max, or the
             #    tail can no longer become an n-gram); the product over those drafter tokens is then the
             #    product over the merged target tokens.
-            mask = dec._draft_mask(cfg.mode)
+            mask = dec._draft_mask(cfg.mode, cfg.uses_splits)
             ids_q = dctx.ids
             k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
             feed, draft, q_rows, uniforms, log_acc, acc_p = ids_q[drf.cached_len:], [], [], [], 0.0, []
@@ -251,12 +263,18 @@ class _Run:
                 draft.append(d)
                 feed = [d]
                 if cfg.adaptive and rejection_prob(log_acc) > cfg.gamma and may_stop(
-                        translate(draft, vocab, cache).spans, len(draft), cache.max_len if cache else 1):
+                        translate(draft, vocab, cache, cfg.uses_splits).spans, len(draft), cache.max_len if cache else 1):
                     break
             st.drafter_seconds += time.perf_counter() - t0
             st.drafter_calls += len(draft)
-            # 2) Translate to target tokens: cached n-grams (longest first), else the direct map.
-            tr = translate(draft, vocab, cache)
+            # 2) Translate to target tokens: cached n-grams (longest first), else the direct map, else a
+            #    split. A split can yield many target tokens: propose no more than the budget and the
+            #    target's KV cache can take.
+            tr = translate(draft, vocab, cache, cfg.uses_splits)
+            room = max(0, min(tgt.max_seq_len - len(self.ctx_p),
+                              cfg.max_new_tokens - (len(self.ctx_p) - self.n_prompt)) - 1)
+            if len(tr) > room:
+                tr = Translation(tr.target_ids[:room], tr.spans[:room], tr.keys[:room])
             m = len(tr)
             # 3) Verify all m with one target call; rows[j] scores tr[j], rows[m] the bonus position.
             n_ctx = len(self.ctx_p)
@@ -287,6 +305,11 @@ class _Run:
             hits = [tr.keys[i] for i in range(j) if tr.keys[i] is not None]
             st.ngram_proposed += sum(key is not None for key in tr.keys)
             st.ngram_hits += len(hits)
+            if cfg.uses_splits:
+                split = [b - a == 1 and tr.keys[i] is None and vocab.d2t[draft[a]] < 0
+                         for i, (a, b) in enumerate(tr.spans)]
+                st.split_proposed += sum(split)
+                st.split_accepted += sum(split[:j])
             new = self._commit(tr.target_ids[:j] + [extra])
             if self.on_verified is not None and new:
                 self.on_verified(new, rows[: len(new)])

@@ -1,7 +1,8 @@
 """Translation between drafter and target token spaces (paper §2).
 
 * ``translate``: a drafted run of drafter tokens -> target tokens, by greedy longest match of cached
-  n-grams left to right, else the direct map; stops at the first drafter token that has neither.
+  n-grams left to right, else the direct map, else (greedy decoding only) the token's split into
+  several target tokens; stops at the first drafter token that has none.
 * ``q_prime_full``: the drafter's proposal distribution lifted onto the target vocabulary, with the
   paper's Eq. 2 correction for a merged n-gram (its prefix sub-token gives up the n-gram's mass).
 * ``DrafterContext``: reverse translation. Accepted target text is re-tokenized into drafter tokens
@@ -30,8 +31,10 @@ class Translation:
         return len(self.target_ids)
 
 
-def translate(draft: list[int], vocab: VocabMap, cache: NgramCache | None) -> Translation:
-    """Map drafter tokens to target tokens (greedy longest cached match first, then the direct map)."""
+def translate(draft: list[int], vocab: VocabMap, cache: NgramCache | None, splits: bool = False) -> Translation:
+    """Map drafter tokens to target tokens (greedy longest cached match first, then the direct map,
+    then, with ``splits``, the several target tokens spelling an unmapped drafter token; each of
+    those carries the drafter token's span)."""
     out = Translation()
     i, k = 0, len(draft)
     d2t = vocab.d2t
@@ -54,6 +57,12 @@ def translate(draft: list[int], vocab: VocabMap, cache: NgramCache | None) -> Tr
             out.target_ids.append(int(d2t[draft[i]]))
             out.spans.append((i, i + 1))
             out.keys.append(None)
+            i += 1
+        elif splits and draft[i] in vocab.splits:
+            for t in vocab.splits[draft[i]]:
+                out.target_ids.append(t)
+                out.spans.append((i, i + 1))
+                out.keys.append(None)
             i += 1
         else:
             break  # untranslatable: the proposal ends here

@@ -103,6 +103,50 @@ def test_scripted_drafter_merges_cached_ngrams_and_they_are_accepted(models, tmp
     assert sorted(again.items()) == sorted(cache.items())
 
 
+def test_split_drafter_tokens_propose_several_target_tokens_and_stay_exact(models):
+    """A GPT-2 target writes indentation one space per token; the SentencePiece drafter spells a run
+    with one token. Greedy decoding proposes such a run as a split (several target tokens in one
+    verification), the output stays the target's own, and it beats the same run without splits."""
+    tgt_hf, drf_hf = _scripted_pair(models, "gpt-2")
+    prompt = "def f(x):\n"
+    text = "        if x:\n            return x\n        return 0\n" * 3
+    t_script = list(tgt_hf.codec.start_ids) + tgt_hf.codec.encode(prompt + text)
+    d_script = list(drf_hf.codec.start_ids) + drf_hf.codec.encode(prompt + text)
+    assert tgt_hf.codec.encode("        ") == [220] * 8  # the premise: no whitespace-run tokens
+    tgt = LoadedModel(ScriptedDrafter(t_script, tgt_hf.backend.vocab_size), tgt_hf.codec, frozenset(), tgt_hf.path, "s")
+    drf = LoadedModel(ScriptedDrafter(d_script, drf_hf.backend.vocab_size), drf_hf.codec, frozenset(), drf_hf.path, "s")
+    n_new = len(t_script) - len(tgt_hf.codec.encode(prompt)) - 1
+    ref = SpeculativeDecoder(tgt).generate(prompt, DecodeConfig(max_new_tokens=n_new, mode="target-only"))
+    dec = SpeculativeDecoder(tgt, drf, NgramCache(drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size))
+    on = dec.generate(prompt, DecodeConfig(max_new_tokens=n_new, draft_len=3), trace=True)
+    assert on.token_ids == ref.token_ids
+    assert on.stats.split_accepted >= 8 and on.stats.split_proposed >= on.stats.split_accepted
+    assert any(len(r["target_ids"]) > len(r["draft"]) for r in on.rounds)  # one drafter token, many target tokens
+    off = dec.generate(prompt, DecodeConfig(max_new_tokens=n_new, draft_len=3, splits=False))
+    assert off.token_ids == ref.token_ids and off.stats.split_proposed == 0
+    assert on.stats.steps < off.stats.steps
+    # Sampling never proposes splits: Eq. 1-2 need q' for every proposed target token.
+    sampled = dec.generate(prompt, DecodeConfig(max_new_tokens=n_new, draft_len=3, temperature=1.0))
+    assert sampled.stats.split_proposed == 0
+
+
+def test_target_budget_caps_a_long_split(models):
+    """A split near the token budget is cut so the round never proposes past max_new_tokens."""
+    tgt_hf, drf_hf = _scripted_pair(models, "gpt-2")
+    prompt = "x ="
+    text = " 1" + " " * 16 + "2\n"
+    t_script = list(tgt_hf.codec.start_ids) + tgt_hf.codec.encode(prompt + text)
+    d_script = list(drf_hf.codec.start_ids) + drf_hf.codec.encode(prompt + text)
+    tgt = LoadedModel(ScriptedDrafter(t_script, tgt_hf.backend.vocab_size), tgt_hf.codec, frozenset(), tgt_hf.path, "s")
+    drf = LoadedModel(ScriptedDrafter(d_script, drf_hf.backend.vocab_size), drf_hf.codec, frozenset(), drf_hf.path, "s")
+    dec = SpeculativeDecoder(tgt, drf)
+    for budget in (1, 3, 6):
+        ref = SpeculativeDecoder(tgt).generate(prompt, DecodeConfig(max_new_tokens=budget, mode="target-only"))
+        out = dec.generate(prompt, DecodeConfig(max_new_tokens=budget, draft_len=2), trace=True)
+        assert out.token_ids == ref.token_ids and len(out.token_ids) == budget
+        assert all(len(r["target_ids"]) < budget for r in out.rounds)
+
+
 # ---- sampling: the acceptance rule (paper Eq. 1-2) tested statistically -----------------------------
 
 class TableBackend:

@@ -67,6 +67,20 @@ def test_translate_prefers_longest_cached_ngram_then_direct_map(pair):
     assert translate([d_the, d_fl, d_ake], vm, None).target_ids == [vm.d2t[d_the], vm.d2t[d_fl], vm.d2t[d_ake]]
 
 
+def test_split_tokens_translate_to_the_target_tokens_spelling_them(spm, tokenizer_path):
+    gpt2 = load_codec(tokenizer_path("gpt-2"))
+    vm = build_vocab_map(spm, gpt2)
+    (run8,) = [d for d in vm.splits if spm.token_bytes[d] == b" " * 8]
+    assert vm.splits[run8] == (220,) * 8 and vm.d2t[run8] < 0 and vm.split_mask[run8]
+    for d, tids in list(vm.splits.items())[::101]:
+        assert gpt2.spell(list(tids)) == spm.token_bytes[d] and len(tids) >= 2 and vm.d2t[d] < 0
+    d_if = spm.encode("if")[0]
+    tr = translate([run8, d_if, run8], vm, None, splits=True)
+    assert tr.target_ids == [220] * 8 + [vm.d2t[d_if]] + [220] * 8
+    assert tr.spans == [(0, 1)] * 8 + [(1, 2)] + [(2, 3)] * 8 and not any(tr.keys)
+    assert translate([run8, d_if], vm, None).target_ids == []  # without splits the proposal ends at once
+
+
 def test_eq2_q_prime_keeps_the_mass_and_splits_the_prefix(pair):
     spm, qwen, vm = pair
     rng = np.random.default_rng(0)
