@@ -259,7 +259,8 @@ def record_run(name: str, prompt: str, cfg_kw: dict, drafter, target, drafter_co
     cache_before = cache._serialise().decode()
     target_loaded = _loaded(target, target_codec, target_eos)
     dec = SpeculativeDecoder(target_loaded, _loaded(drafter, drafter_codec), cache)
-    cfg = DecodeConfig(**cfg_kw)
+    # The Java core translates as the paper does (direct map + n-grams); it has no splits yet.
+    cfg = DecodeConfig(**{"splits": False, **cfg_kw})
     with _record_uniforms(uniforms):
         result = dec.generate(prompt, cfg, trace=True)
     return {

@@ -268,13 +268,14 @@ class _Run:
             st.drafter_seconds += time.perf_counter() - t0
             st.drafter_calls += len(draft)
             # 2) Translate to target tokens: cached n-grams (longest first), else the direct map, else a
-            #    split. A split can yield many target tokens: propose no more than the budget and the
-            #    target's KV cache can take.
+            #    split. A split can yield many more target tokens than K: propose no more than the
+            #    budget and the target's KV cache can take (without splits, m <= K always fits).
             tr = translate(draft, vocab, cache, cfg.uses_splits)
-            room = max(0, min(tgt.max_seq_len - len(self.ctx_p),
-                              cfg.max_new_tokens - (len(self.ctx_p) - self.n_prompt)) - 1)
-            if len(tr) > room:
-                tr = Translation(tr.target_ids[:room], tr.spans[:room], tr.keys[:room])
+            if cfg.uses_splits:
+                room = max(0, min(tgt.max_seq_len - len(self.ctx_p),
+                                  cfg.max_new_tokens - (len(self.ctx_p) - self.n_prompt)) - 1)
+                if len(tr) > room:
+                    tr = Translation(tr.target_ids[:room], tr.spans[:room], tr.keys[:room])
             m = len(tr)
             # 3) Verify all m with one target call; rows[j] scores tr[j], rows[m] the bonus position.
             n_ctx = len(self.ctx_p)
