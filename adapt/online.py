@@ -49,6 +49,7 @@ class AdaptConfig:
     export_max_seq_len: int = 512
     top_k: int = TOP_K
     distill_temperature: float = 1.0  # temperature of the target distribution p in the KL term
+    splits: bool = True           # the loop may propose split drafter tokens; their labels join the NLL term
     seed: int = 0
     # Adaptive drafting (issue #6): draft_len "auto" decodes with the acceptance head; train_head
     # trains it online (joint or interleaved); loss "none" keeps the drafter frozen (head only).
@@ -138,9 +139,10 @@ class OnlineAdapter:
         self.trainer = Trainer(self.model, vocab.drafter_ids, cfg.mode, cfg.loss, cfg.engine, cfg.lr,
                                cfg.every, cfg.seq_len, min(cfg.top_k, vocab.size), pad)
         self.collector = Collector(self.decoder.drafter.codec, self.decoder.target.codec, vocab,
-                                   k=cfg.top_k, temperature=cfg.distill_temperature)
+                                   k=cfg.top_k, temperature=cfg.distill_temperature, splits=cfg.splits)
         self.dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, draft_len=cfg.draft_len,
-                                 mode="ngram", seed=cfg.seed, gamma=cfg.gamma, max_draft_len=cfg.max_draft_len)
+                                 mode="ngram", seed=cfg.seed, gamma=cfg.gamma, max_draft_len=cfg.max_draft_len,
+                                 splits=cfg.splits)
         self.head = self.head_collector = None
         self._last_head = None
         self.gamma_ctl = None

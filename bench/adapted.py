@@ -71,7 +71,8 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
     over = dict(METHODS[method])
     if over.get("train_head"):
         over["gamma"] = s.gamma
-    cfg = mod.AdaptConfig(max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len), **over)
+    cfg = mod.AdaptConfig(max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len),
+                          splits=s.splits, **over)
     state = s.out / "state" / "adapt" / f"{stream}.{method}"
     shutil.rmtree(state, ignore_errors=True)  # the bench's own scratch: never resume an old adapter
     ad = mod.OnlineAdapter(bench.pair.drafter, bench.pair.target, state, cfg)

@@ -52,6 +52,7 @@ class BenchSettings:
     max_seq_len: int = 512        # exported KV-cache length for ort / executorch
     threads: int | None = 1       # intra-op threads of every engine (None: each library's default)
     gamma: float = 0.5            # hybrid+adaptive: initial stopping threshold (tuned online from there)
+    splits: bool = True           # greedy ngram rows may propose split drafter tokens (False: the paper's translation)
     quick: bool = False
     out: Path = Path("reports/bench")
 
@@ -186,7 +187,7 @@ class Bench:
         """The backend's pair, loaded (and exported, for ort/executorch) and warmed up on first use."""
         if backend not in self.engines:
             d, t = self.pair.paths(backend, self.s.max_seq_len, self.progress)
-            eng = Engine(backend, d, t, self.s.threads)
+            eng = Engine(backend, d, t, self.s.threads, self.s.splits)
             if eng.executorch_threads is not None:
                 self.report["meta"]["threads"]["executorch"] = eng.executorch_threads
             eng.warm_up(self.warm_prompt)

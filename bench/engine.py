@@ -114,8 +114,10 @@ def load(path: Path, threads: int | None = None) -> LoadedModel:
 class Engine:
     """Drafter and target loaded once for one backend; every run gets its own decoder and cache."""
 
-    def __init__(self, backend: str, drafter_path: Path, target_path: Path, threads: int | None = None) -> None:
+    def __init__(self, backend: str, drafter_path: Path, target_path: Path, threads: int | None = None,
+                 splits: bool = True) -> None:
         self.backend = backend
+        self.splits = splits  # ngram-mode greedy runs may propose split drafter tokens (runtime/vocab.py)
         self.threads = threads
         self.executorch_threads = _executorch_threads(threads) if backend == "executorch" else None
         self.drafter = load(drafter_path, threads)
@@ -141,7 +143,7 @@ class Engine:
         kernel selection) are not charged to whichever job happens to run first."""
         dec = self.decoder(drafter=drafter)
         for mode in ("target-only", "dm", "ngram"):
-            dec.generate(prompt, DecodeConfig(max_new_tokens=4, draft_len=2, mode=mode))
+            dec.generate(prompt, DecodeConfig(max_new_tokens=4, draft_len=2, mode=mode, splits=self.splits))
 
     def job(self, name: str, prompts: list[str], mode: str, draft_len: int | str, max_new_tokens: int,
             cache: NgramCache | None = None, on_verified=None, drafter: LoadedModel | None = None,
@@ -150,7 +152,7 @@ class Engine:
         runtime.gamma.GammaController, fed each prompt's tokens and seconds); ``on_result`` gets
         each traced DecodeResult (calibration)."""
         dec = self.decoder(cache, drafter)
-        cfg = DecodeConfig(max_new_tokens=max_new_tokens, draft_len=draft_len, mode=mode,
+        cfg = DecodeConfig(max_new_tokens=max_new_tokens, draft_len=draft_len, mode=mode, splits=self.splits,
                            gamma=tune.gamma if tune is not None else gamma, max_draft_len=max_draft_len)
         run = StreamRun(name, mode, draft_len)
 

@@ -307,7 +307,7 @@ class _Run:
             st.ngram_proposed += sum(key is not None for key in tr.keys)
             st.ngram_hits += len(hits)
             if cfg.uses_splits:
-                split = [b - a == 1 and tr.keys[i] is None and vocab.d2t[draft[a]] < 0
+                split = [bool(b - a == 1 and tr.keys[i] is None and vocab.d2t[draft[a]] < 0)
                          for i, (a, b) in enumerate(tr.spans)]
                 st.split_proposed += sum(split)
                 st.split_accepted += sum(split[:j])

@@ -121,6 +121,7 @@ def test_split_drafter_tokens_propose_several_target_tokens_and_stay_exact(model
     on = dec.generate(prompt, DecodeConfig(max_new_tokens=n_new, draft_len=3), trace=True)
     assert on.token_ids == ref.token_ids
     assert on.stats.split_accepted >= 8 and on.stats.split_proposed >= on.stats.split_accepted
+    assert type(on.stats.split_accepted) is int  # JSON-serialisable counters (generate --json)
     assert any(len(r["target_ids"]) > len(r["draft"]) for r in on.rounds)  # one drafter token, many target tokens
     off = dec.generate(prompt, DecodeConfig(max_new_tokens=n_new, draft_len=3, splits=False))
     assert off.token_ids == ref.token_ids and off.stats.split_proposed == 0

@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-4 LoRA, 2e-5 full FT)")
     p.add_argument("--distill-temperature", type=float, default=1.0,
                    help="temperature of the target distribution in the reverse KL (1 = the model's own)")
+    p.add_argument("--no-splits", action="store_true", help="translate as the paper does (no split drafter tokens in the "
+                   "loop, no split labels in the NLL term)")
     p.add_argument("--engine", default="executorch", help="LoRA gradients from executorch (training runtime) | eager")
     p.add_argument("--seq-len", type=int, default=256, help="drafter tokens per training row (program shape)")
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
                       max_draft_len=args.max_draft_len, train_head=args.train_head, head_variant=args.head_variant,
                       head_lr=args.head_lr, head_reject_weight=args.head_reject_weight,
                       tune_gamma=args.tune_gamma, head_steps=args.head_steps, head_replay=args.head_replay,
-                      head_batch=args.head_batch)
+                      head_batch=args.head_batch, splits=not args.no_splits)
     split = None if args.eval_split in ("none", "") else args.eval_split
     try:
         eval_ks = tuple(int(k) for k in args.eval_draft_lens.split(",") if k.strip())

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapt-prompts", type=int, help="train prompts of the adaptation pass (adapted rows)")
     p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
+    p.add_argument("--no-splits", action="store_true", help="translate as the paper does: no split drafter tokens "
+                   "in the greedy ngram rows (for the ablation)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort/executorch exports")
     p.add_argument("--threads", type=int, default=1,
                    help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default 1: on a small shared CPU, "
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         s.peers = () if args.peers.strip() == "none" else _csv(args.peers)
     if args.no_eviction:
         s.eviction = False
+    s.splits = not args.no_splits
     report = run_bench(s)
     out = s.out
     print((out / "bench.md").read_text())

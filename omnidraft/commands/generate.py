@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accept-head", type=Path, help="acceptance-head folder to attach to a Hugging Face drafter "
                    "(one saved in the drafter folder is attached anyway; export folders carry theirs in the graph)")
     p.add_argument("--mode", default="ngram", help="ngram (full method) | dm (direct mapping only) | target-only")
+    p.add_argument("--no-splits", action="store_true", help="translate as the paper does (direct map + n-grams): never "
+                   "propose an unmapped drafter token as the several target tokens that spell it (greedy only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", type=Path, help="n-gram cache file of this pair: loaded if present, saved after the run")
     p.add_argument("--cache-capacity", type=int, help="bound the n-gram cache (LFU eviction)")
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                        draft_len=parse_draft_len(args.draft_len), mode=args.mode, seed=args.seed, gamma=args.gamma,
-                       max_draft_len=args.max_draft_len)
+                       max_draft_len=args.max_draft_len, splits=not args.no_splits)
     cfg.validate()
     decoder = open_pair(args.target, None if args.mode == "target-only" else args.drafter,
                         cache_path=args.cache, cache_capacity=args.cache_capacity, accept_head=args.accept_head)
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         "text": result.text, "token_ids": result.token_ids, "steps": st.steps, "proposed": st.proposed,
         "accepted": st.accepted, "acceptance_rate": round(st.acceptance_rate, 4),
         "tokens_per_step": round(st.tokens_per_step, 4), "ngram_hits": st.ngram_hits,
+        "split_proposed": st.split_proposed, "split_accepted": st.split_accepted,
         "ngram_cache_size": len(decoder.cache) if decoder.cache is not None else 0,
         "new_tokens": st.new_tokens, "seconds": round(st.seconds, 4),
         "overhead_fraction": round(st.overhead_fraction, 4), "mode": cfg.mode,
