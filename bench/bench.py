@@ -140,7 +140,8 @@ def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun
              target_ms_per_step=round(1e3 * target_step, 4) if target_step else None,
              speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None)
     if method == "target-only":
-        r.update(draft_len=None, acceptance_rate=None, ngram_hits_per_step=None, cost_ratio=None, running_acceptance=[],
+        r.update(draft_len=None, acceptance_rate=None, ngram_hits_per_step=None, split_tokens_per_step=None,
+                 cost_ratio=None, running_acceptance=[],
                  drafter_ms_per_call=None, bound=1.0, bound_ratio=r["speedup"], ideal=1.0, ideal_ratio=r["speedup"])
         return r
     drafter_call = st.drafter_seconds / st.drafter_calls if st.drafter_calls else 0.0

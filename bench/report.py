@@ -28,14 +28,15 @@ def _methods(report: dict) -> str:
             continue
         rows.append({"stream": r["stream"], "method": r["method"], "k": _f(r.get("draft_len"), "{}"),
                      "acc": _f(r["acceptance_rate"]), "tps": _f(r["tokens_per_step"], "{:.2f}"),
-                     "hits": _f(r["ngram_hits_per_step"], "{:.2f}"), "tok_s": _f(r["tokens_per_s"], "{:.1f}"),
+                     "hits": _f(r["ngram_hits_per_step"], "{:.2f}"),
+                     "splits": _f(r.get("split_tokens_per_step"), "{:.2f}"), "tok_s": _f(r["tokens_per_s"], "{:.1f}"),
                      "speedup": _x(r["speedup"]), "bound": _x(r["bound"]), "ratio": _f(r["bound_ratio"], "{:.2f}"),
                      "ideal": _x(r.get("ideal")), "iratio": _f(r.get("ideal_ratio"), "{:.2f}"),
                      "c": _f(r.get("cost_ratio"), "{:.3f}"), "same": _f(r["outputs_match_target_only"]),
                      "cache": r.get("cache") or "–", "status": "ok"})
     return markdown_table(rows, [
         ("stream", "stream"), ("method", "method"), ("k", "K"), ("acc", "acceptance"), ("tps", "tokens/target call"),
-        ("hits", "n-gram hits/step"), ("tok_s", "tok/s"), ("speedup", "speedup"), ("bound", "bound"),
+        ("hits", "n-gram hits/step"), ("splits", "split tokens/step"), ("tok_s", "tok/s"), ("speedup", "speedup"), ("bound", "bound"),
         ("ratio", "measured/bound"), ("ideal", "ideal at measured tokens/call"), ("iratio", "measured/ideal"),
         ("c", "c"), ("same", "same output as target-only"), ("cache", "n-gram cache"),
         ("status", "status")])

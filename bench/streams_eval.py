@@ -30,6 +30,7 @@ class StreamRun:
         return {"label": self.label, "mode": self.mode, "draft_len": self.draft_len, "prompts": self.prompts,
                 "acceptance_rate": round(s.acceptance_rate, 4), "tokens_per_step": round(s.tokens_per_step, 4),
                 "ngram_hits_per_step": round(s.ngram_hits / s.steps, 4) if s.steps else 0.0,
+                "split_tokens_per_step": round(s.split_accepted / s.steps, 4) if s.steps else 0.0,
                 "tokens_per_s": round(self.tokens_per_s, 2), "new_tokens": s.new_tokens, "steps": s.steps,
                 "seconds": round(s.seconds, 3), "overhead_fraction": round(s.overhead_fraction, 4)}
 
