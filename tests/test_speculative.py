@@ -123,6 +123,17 @@ def test_split_drafter_tokens_propose_several_target_tokens_and_stay_exact(model
     assert on.stats.split_accepted >= 8 and on.stats.split_proposed >= on.stats.split_accepted
     assert type(on.stats.split_accepted) is int  # JSON-serialisable counters (generate --json)
     assert any(len(r["target_ids"]) > len(r["draft"]) for r in on.rounds)  # one drafter token, many target tokens
+    # The adaptation buffer labels each whole split token in the NLL term (next to n-gram sub-tokens).
+    from omnidraft.adapt.buffer import Collector
+
+    col = Collector(drf.codec, tgt.codec, dec.vocab, k=8)
+    col.start(prompt)
+    dec.generate(prompt, DecodeConfig(max_new_tokens=n_new, draft_len=3), on_verified=col.on_verified)
+    rec = col.finish()
+    labels = [int(rec.ids[r + 1]) for r in rec.ng_rows]
+    # "        if" is 7 spaces + "▁if" for SentencePiece: the indentation runs are 7 and 11 spaces.
+    assert {drf.codec.token_bytes[t] for t in labels if t in dec.vocab.splits} >= {b" " * 7, b" " * 11}
+    assert not set(labels) & set(drf.codec.byte_fallback)
     off = dec.generate(prompt, DecodeConfig(max_new_tokens=n_new, draft_len=3, splits=False))
     assert off.token_ids == ref.token_ids and off.stats.split_proposed == 0
     assert on.stats.steps < off.stats.steps
