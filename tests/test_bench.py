@@ -194,11 +194,12 @@ def test_adapted_rows_say_why_they_are_missing(monkeypatch):
 def test_checks_follow_the_numbers():
     from omnidraft.bench.claims import must_show, ordering
 
-    def row(method, acc, speedup=1.0):
+    def row(method, acc, speedup=1.0, tps=1.0):
         return {"stream": "math", "method": method, "status": "ok", "acceptance_rate": acc, "speedup": speedup,
-                "bound": 2.0}
+                "bound": 2.0, "tokens_per_step": tps}
 
-    rep = {"rows": [row("spd-dm", 0.1), row("spd-dm+ngram", 0.15), row("l-dm", 0.3), row("hybrid", 0.25, 1.4),
+    rep = {"rows": [row("spd-dm", 0.1), row("spd-dm+ngram", 0.15), row("l-dm", 0.3, tps=1.3),
+                    row("hybrid", 0.25, 1.4, tps=2.9),
                     row("hybrid+adaptive", 0.35, 0.8)],  # a slower adapted row must not hide the fastest
            "peers": [{"stream": "math", "name": "omnidraft-ort", "tokens_per_s": 30.0, "method": "hybrid",
                       "outputs_match_target_only": True},
@@ -206,6 +207,7 @@ def test_checks_follow_the_numbers():
     o = {c["claim"]: c for c in ordering(rep)}
     assert o["the cache helps the untrained drafter (acceptance)"]["holds"] is True
     assert o["hybrid >= L_DM >= untrained (acceptance)"]["holds"] is False  # 0.3 -> 0.25 drops
+    assert o["hybrid >= L_DM >= untrained (tokens per target call)"]["holds"] is True  # 1.0 -> 1.3 -> 2.9
     m = {c["claim"]: c for c in must_show(rep)}
     assert m["adapted wall-clock speedup >= 1.3x"]["holds"] is True
     assert m["adapted wall-clock speedup >= 1.3x"]["values"]["method"] == "hybrid"
