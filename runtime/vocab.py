@@ -15,6 +15,7 @@ are proposed under greedy verification only (see runtime/speculative.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class VocabMap:
     def dm_mask(self) -> np.ndarray:
         return self.d2t >= 0
 
-    @property
+    @cached_property  # the draft mask is rebuilt whenever the n-gram cache grows: build this once
     def split_mask(self) -> np.ndarray:
         mask = np.zeros(self.d2t.size, dtype=bool)
         mask[list(self.splits)] = True
