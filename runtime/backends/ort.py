@@ -33,6 +33,10 @@ class OrtBackend:
         opts.log_severity_level = 3  # warnings about unused initializers etc. are noise here
         if threads:
             opts.intra_op_num_threads = threads
+        # The drafter's and the target's sessions take turns on the same cores. A pool that spins
+        # after its run keeps those cores busy while the other session computes (measured on the
+        # bundled pair, 2 threads: adapted code at K = 2 ran 0.97x target-only spinning, 1.31x not).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own pybind exception types for bad files
