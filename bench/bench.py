@@ -125,6 +125,7 @@ class _Stream:
     draft_len: int
     base: StreamRun | None = None
     runs: dict[str, StreamRun] = field(default_factory=dict)
+    ks: dict[str, int] = field(default_factory=dict)  # adapted rows' own best fixed K
     full_cache_entries: int = 0
     pp_cache: Path | None = None
     pp_prompts: int = 0
@@ -138,7 +139,9 @@ def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun
              running_acceptance=[round(a, 4) for a in run.running_acceptance],
              outputs_match_target_only=run.outputs == base.outputs,
              target_ms_per_step=round(1e3 * target_step, 4) if target_step else None,
-             speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None)
+             speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
+             decode_speedup=round(run.decode_tokens_per_s / base.decode_tokens_per_s, 4)
+             if base.decode_tokens_per_s else None)
     if method == "target-only":
         r.update(draft_len=None, acceptance_rate=None, ngram_hits_per_step=None, split_tokens_per_step=None,
                  cost_ratio=None, running_acceptance=[],
@@ -218,17 +221,21 @@ class Bench:
         k_max = max(*self.s.sweep_ks, DecodeConfig().max_draft_len)  # hybrid+adaptive drafts up to K_max
         return [p.prompt for p in prompts if eng.fits(p.prompt, self.s.max_new_tokens, k_max)][:count]
 
-    def sweep(self, eng: Engine, name: str, train) -> int:
-        """Best fixed K (tokens/s) for the untrained drafter with a cache, on train prompts so the test
-        split stays unseen; the K runs are interleaved like every timed comparison."""
+    def sweep(self, eng: Engine, name: str, train, method: str = "untrained", drafter=None, new_cache=None,
+              skip: int = 0) -> int:
+        """Best fixed K (tokens/s) on train prompts so the test split stays unseen; the K runs are
+        interleaved like every timed comparison. Untrained: the drafter with a cache filled online.
+        Adapted rows sweep again with their own drafter and a fresh copy of their pass's cache, on train
+        prompts after the ``skip`` the pass trained on: a trained drafter's best K differs."""
         s = self.s
-        prompts = self._pick(eng, train, s.sweep_prompts)
-        jobs = [eng.job(f"K={k}", prompts, "ngram", k, s.max_new_tokens) for k in s.sweep_ks]
-        runs = interleave(jobs, len(prompts), f"{name}: K sweep", self.progress)
+        prompts = self._pick(eng, train[skip:], s.sweep_prompts) or self._pick(eng, train, s.sweep_prompts)
+        jobs = [eng.job(f"K={k}", prompts, "ngram", k, s.max_new_tokens, new_cache() if new_cache else None,
+                        drafter=drafter) for k in s.sweep_ks]
+        runs = interleave(jobs, len(prompts), f"{name}: K sweep ({method})", self.progress)
         for k in s.sweep_ks:
             run = runs[f"K={k}"]
-            self._add("sweep", {"stream": name, "backend": s.backend, "draft_len": k, "prompts": run.prompts,
-                                "tokens_per_s": round(run.tokens_per_s, 2),
+            self._add("sweep", {"stream": name, "method": method, "backend": s.backend, "draft_len": k,
+                                "prompts": run.prompts, "tokens_per_s": round(run.tokens_per_s, 2),
                                 "acceptance_rate": round(run.stats.acceptance_rate, 4)})
         return max(s.sweep_ks, key=lambda k: runs[f"K={k}"].tokens_per_s)
 
@@ -286,7 +293,11 @@ class Bench:
                 extra[method] = {"adaptation": summary}
                 continue
             eng.warm_up(self.warm_prompt, drafter)
-            jobs.append(eng.job(method, prompts, "ngram", k, mnt, cache, drafter=drafter))
+            path = self.adapted.get((name, method), {}).get("cache")
+            k_m = self.sweep(eng, name, train, method, drafter, lambda: eng.load_cache(Path(path)) if path
+                             else eng.new_cache(), skip=summary["train_prompts"])
+            st.ks[method] = k_m
+            jobs.append(eng.job(method, prompts, "ngram", k_m, mnt, cache, drafter=drafter))
             kinds[method] = "built during adaptation (train), then online"
             extra[method] = {"adaptation": summary}
         by_name = {j.name: j for j in jobs}

@@ -40,7 +40,7 @@ def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
     elif method not in REPLAYABLE:
         drafter, cache = adapted.for_backend(bench, eng, st.name, method)
         eng.warm_up(bench.warm_prompt, drafter)
-    k, tune = st.draft_len, None
+    k, tune = st.ks.get(method, st.draft_len), None
     if method == "hybrid+adaptive":  # adaptive drafting, gamma from the adaptation pass, tuned on
         from omnidraft.errors import InvalidArgument
         from omnidraft.runtime.backends.base import has_accept_head
@@ -103,7 +103,7 @@ def run_peers(bench: "Bench", st: "_Stream") -> None:
         base, run = runs[f"omnidraft-{backend} target-only"], runs[f"omnidraft-{backend}"]
         peers.append(_peer(
             st.name, f"omnidraft-{backend}", run, hf_base, base.outputs, f"omnidraft {backend} target-only",
-            method=method, draft_len="auto" if method == "hybrid+adaptive" else st.draft_len,
+            method=method, draft_len="auto" if method == "hybrid+adaptive" else st.ks.get(method, st.draft_len),
             own_target_only_tokens_per_s=round(base.tokens_per_s, 2),
             speedup_vs_own_target_only=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None))
     if hf_base is not None:

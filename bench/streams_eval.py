@@ -25,14 +25,22 @@ class StreamRun:
     def tokens_per_s(self) -> float:
         return self.stats.new_tokens / self.stats.seconds if self.stats.seconds else 0.0
 
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens per second after the target's prompt pass, which every mode pays alike (the
+        paper's per-step convention: prefill is not part of a decoding step)."""
+        t = self.stats.decode_seconds
+        return self.stats.new_tokens / t if t > 0 else 0.0
+
     def row(self) -> dict:
         s = self.stats
         return {"label": self.label, "mode": self.mode, "draft_len": self.draft_len, "prompts": self.prompts,
                 "acceptance_rate": round(s.acceptance_rate, 4), "tokens_per_step": round(s.tokens_per_step, 4),
                 "ngram_hits_per_step": round(s.ngram_hits / s.steps, 4) if s.steps else 0.0,
                 "split_tokens_per_step": round(s.split_accepted / s.steps, 4) if s.steps else 0.0,
-                "tokens_per_s": round(self.tokens_per_s, 2), "new_tokens": s.new_tokens, "steps": s.steps,
-                "seconds": round(s.seconds, 3), "overhead_fraction": round(s.overhead_fraction, 4)}
+                "tokens_per_s": round(self.tokens_per_s, 2), "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
+                "new_tokens": s.new_tokens, "steps": s.steps, "seconds": round(s.seconds, 3),
+                "prefill_seconds": round(s.prefill_seconds, 3), "overhead_fraction": round(s.overhead_fraction, 4)}
 
 
 def _add(total: DecodeStats, s: DecodeStats) -> None:

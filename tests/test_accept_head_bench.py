@@ -23,7 +23,7 @@ def _argv(pair, out, *extra):
     d, t = pair
     return ["bench-adaptive", "--pair", f"{d},{t}", "--streams", "math", "--prompts", "2", "--train-prompts", "4",
             "--max-new-tokens", "8", "--draft-lens", "1,3", "--every", "2", "--max-draft-len", "6",
-            "--out", str(out), *extra]
+            "--threads", "1", "--out", str(out), *extra]
 
 
 @pytest.mark.parametrize("backend", ["torch", "ort"])

@@ -68,6 +68,23 @@ def test_greedy_speculative_equals_target_only(models, target):
     assert len(cache) > 0  # reverse translation fills the cache on a real pair
 
 
+def test_prompt_pass_is_timed_apart_and_counts_no_step(models):
+    d, t = models["qwen2"]
+    dec = SpeculativeDecoder(load_model(t), load_model(d))
+    calls = []
+    forward = dec.target.backend.forward
+    dec.target.backend.forward = lambda ids, pos: calls.append((len(ids), pos)) or forward(ids, pos)
+    prompt = PROMPTS[0]
+    n_prompt = len(dec.target.codec.start_ids) + len(dec.target.codec.encode(prompt))
+    for mode in ("target-only", "ngram"):
+        calls.clear()
+        st = dec.generate(prompt, DecodeConfig(max_new_tokens=8, mode=mode, draft_len=2)).stats
+        # One call feeds all prompt tokens but the last; decoding starts from the last one.
+        assert calls[0] == (n_prompt - 1, 0) and calls[1][1] == n_prompt - 1, (mode, calls[:2])
+        assert st.steps == len(calls) - 1
+        assert 0 < st.prefill_seconds < st.seconds and st.decode_seconds == st.seconds - st.prefill_seconds
+
+
 def _scripted_pair(models, target="qwen2"):
     d, t = models[target]
     return load_model(t), load_model(d)

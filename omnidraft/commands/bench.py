@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from omnidraft.commands import usable_cpus
+
 HELP = "benchmark methods, peers (HF assisted generation, prompt lookup) and the n-gram cache; JSON + tables + plots"
 
 
@@ -38,9 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-splits", action="store_true", help="translate as the paper does: no split drafter tokens "
                    "in the greedy ngram rows (for the ablation)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort/executorch exports")
-    p.add_argument("--threads", type=int, default=1,
-                   help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default 1: on a small shared CPU, "
-                        "spinning thread pools slow every engine down; 0 keeps each library's default)")
+    p.add_argument("--threads", type=int, default=usable_cpus(),
+                   help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default: every CPU this process may "
+                        "use, as on a device; on a CPU shared with other jobs use 1; 0 keeps each library's default)")
     p.add_argument("--gamma", type=float, default=0.5, help="hybrid+adaptive row: initial stopping threshold of "
                    "adaptive drafting (--draft-len auto), tuned online from tokens/s")
     p.add_argument("--out", type=Path, default=Path("reports/bench"), help="report folder (bench.json, bench.md, PNGs)")

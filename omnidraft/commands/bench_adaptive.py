@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from omnidraft.commands import usable_cpus
+
 HELP = "fixed draft lengths vs adaptive drafting (acceptance head, joint/interleaved): tables, calibration plot"
 
 
@@ -31,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-lr", type=float, default=1e-2)
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per update (joint head step / replay push)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort exports")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads (0: each library's default)")
+    p.add_argument("--threads", type=int, default=usable_cpus(),
+                   help="intra-op threads (default: every CPU this process may use; 0: each library's default)")
     p.add_argument("--out", type=Path, default=Path("reports/adaptive"), help="report folder")
 
 
