@@ -152,7 +152,9 @@ def save_adapter(peft_model: torch.nn.Module, folder: str | Path, ident: PairIde
     recover_dir(final)
     tmp = new_temp_dir(final)
     try:
-        state = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(peft_model).items()}
+        # Only the LoRA factors: with lm_head among the targets PEFT would also store the whole base head.
+        state = {k: v.detach().contiguous().cpu() for k, v in
+                 get_peft_model_state_dict(peft_model, save_embedding_layers=False).items()}
         meta = ident.metadata()
         meta["info"] = json.dumps(info or {}, sort_keys=True)
         save_file(state, str(tmp / ADAPTER_WEIGHTS), metadata=meta)
