@@ -191,7 +191,8 @@ class OnlineAdapter:
             if hc is not None:
                 hc.backend.recorder = None
         if self.gamma_ctl is not None:
-            self.dcfg.gamma = self.gamma_ctl.observe(r.stats.new_tokens, r.stats.seconds)
+            # Decode time: the prompt pass grows with the prompt, not with gamma, and would drown the signal.
+            self.dcfg.gamma = self.gamma_ctl.observe(r.stats.new_tokens, r.stats.decode_seconds)
         if hc is not None:
             self._last_head = h = hc.finish(r)
             if h is not None:

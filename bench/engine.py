@@ -163,7 +163,8 @@ class Engine:
             run.outputs.append(out.token_ids)
             run.running_acceptance.append(run.stats.acceptance_rate)
             if tune is not None:
-                cfg.gamma = tune.observe(out.stats.new_tokens, out.stats.seconds)
+                # Decode time: the prompt pass grows with the prompt, not with gamma, and would drown the signal.
+                cfg.gamma = tune.observe(out.stats.new_tokens, out.stats.decode_seconds)
             if on_result is not None:
                 on_result(out)
 
