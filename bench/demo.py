@@ -145,6 +145,8 @@ def _row(name: str, phase: str, run: StreamRun, base: StreamRun, cache_entries: 
     r = run.row()
     r.update(stream=name, phase=phase, target_only_tokens_per_s=round(base.tokens_per_s, 2),
              speedup=round(run.tokens_per_s / base.tokens_per_s, 3) if base.tokens_per_s else 0.0,
+             decode_speedup=round(run.decode_tokens_per_s / base.decode_tokens_per_s, 3)
+             if base.decode_tokens_per_s else 0.0,
              identical_to_target_only=base.outputs[:n] == run.outputs[:n], ngram_cache_entries=cache_entries)
     return r
 
@@ -211,7 +213,8 @@ def summary_table(report: dict) -> str:
     return markdown_table(report["rows"], [
         ("stream", "stream"), ("phase", "drafter"), ("target_only_tokens_per_s", "target-only tok/s"),
         ("tokens_per_s", "omnidraft tok/s"),
-        ("speedup", "speedup"), ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/target call"),
+        ("speedup", "speedup"), ("decode_speedup", "decode speedup"), ("acceptance_rate", "acceptance"),
+        ("tokens_per_step", "tokens/target call"),
         ("ngram_hits_per_step", "n-gram hits/step"), ("ngram_cache_entries", "cache entries"),
         ("identical_to_target_only", "identical output")])
 

@@ -218,6 +218,13 @@ def test_checks_follow_the_numbers():
     assert o["the cache helps the untrained drafter (acceptance)"]["holds"] is True
     assert o["hybrid >= L_DM >= untrained (acceptance)"]["holds"] is False  # 0.3 -> 0.25 drops
     assert o["hybrid >= L_DM >= untrained (tokens per target call)"]["holds"] is True  # 1.0 -> 1.3 -> 2.9
+    assert o["hybrid >= L_DM >= untrained (speedup)"]["holds"] is True  # 1.0 -> 1.0 -> 1.4
+    for r in rep["rows"]:
+        r["draft_len"] = 3 if r["method"] == "hybrid" else 1
+    o = {c["claim"]: c for c in ordering(rep)}
+    # acceptance falls with K: rows at different K are not ranked on it
+    assert o["hybrid >= L_DM >= untrained (acceptance)"]["holds"] is None
+    assert o["hybrid >= L_DM >= untrained (acceptance)"]["values"]["draft_len"]["hybrid"] == 3
     m = {c["claim"]: c for c in must_show(rep)}
     assert m["adapted wall-clock speedup >= 1.3x"]["holds"] is True
     assert m["adapted wall-clock speedup >= 1.3x"]["values"]["method"] == "hybrid"
