@@ -216,8 +216,22 @@ def merged_model(model: torch.nn.Module) -> torch.nn.Module:
     from peft import PeftModel
 
     if isinstance(model, PeftModel):
-        return copy.deepcopy(model).merge_and_unload()
+        merged = copy.deepcopy(model).merge_and_unload()
+        _retie_unchanged_head(merged)
+        return merged
     return model
+
+
+def _retie_unchanged_head(model: torch.nn.Module) -> None:
+    """wrap_lora unties lm_head so a merge cannot move the embeddings. Where the merged head still
+    equals the embeddings (a frozen drafter, a zero delta), tie them again: the folder keeps the base
+    layout and weights digest, and the export stays as small as the base one."""
+    head, emb = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is None or emb is None or head.weight is emb.weight or head.weight.shape != emb.weight.shape:
+        return
+    if torch.equal(head.weight, emb.weight):
+        head.weight = emb.weight
+        model.config.tie_word_embeddings = True
 
 
 def write_merged(model: torch.nn.Module, base_folder: str | Path, folder: str | Path, ident: PairIdentity,
