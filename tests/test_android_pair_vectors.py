@@ -57,10 +57,14 @@ def test_stored_entries_are_the_models_top_logits(committed):
 
     run = committed["runs"][0]
     for side in ("drafter", "target"):
-        call = next(c for c in run["calls"] if c["m"] == side and c["op"] == "forward")
+        calls = [c for c in run["calls"] if c["m"] == side and c["op"] == "forward"]
+        # the target's prompt pass reads no rows; take the first call that did, with what came before it
+        n = next(i for i, c in enumerate(calls) if any(r["i"] for r in c["rows"]))
+        assert all(c["start"] == sum(len(p["tokens"]) for p in calls[:i]) for i, c in enumerate(calls[:n + 1]))
+        call, tokens = calls[n], [t for c in calls[:n + 1] for t in c["tokens"]]
         row = next(r for r in reversed(call["rows"]) if r["i"])
-        at = call["rows"].index(row)
-        logits = load_model(apv.BUNDLED / side).backend.forward(call["tokens"], 0)[at]
+        at = len(tokens) - len(call["tokens"]) + call["rows"].index(row)
+        logits = load_model(apv.BUNDLED / side).backend.forward(tokens, 0)[at]
         top = np.argsort(-logits, kind="stable")[: committed["top_n"]]
         assert set(top.tolist()) == set(row["i"]), f"{side}: the stored entries are not the model's top {committed['top_n']}"
         np.testing.assert_allclose(logits[row["i"]], row["v"], atol=1e-4)

@@ -11,6 +11,7 @@ public final class DecodeStats {
     public int drafterCalls;
     public int newTokens;
     public double seconds, drafterSeconds, targetSeconds;
+    public double prefillSeconds; // the target's prompt pass: the same work in every mode
 
     public double acceptanceRate() {
         return proposed > 0 ? (double) accepted / proposed : 0.0;
@@ -22,5 +23,11 @@ public final class DecodeStats {
 
     public double tokensPerSecond() {
         return seconds > 0 ? newTokens / seconds : 0.0;
+    }
+
+    /** Tokens per second after the target's prompt pass (the paper's per-step convention). */
+    public double decodeTokensPerSecond() {
+        double t = seconds - prefillSeconds;
+        return t > 0 ? newTokens / t : 0.0;
     }
 }
