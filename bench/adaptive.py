@@ -240,6 +240,9 @@ class AdaptiveBench:
                    "drafter_calls_per_step": round(st.drafter_calls / st.steps, 4) if st.steps else 0.0,
                    "tokens_per_s": round(run.tokens_per_s, 2),
                    "speedup": round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
+                   "decode_tokens_per_s": round(run.decode_tokens_per_s, 2),
+                   "decode_speedup": round(run.decode_tokens_per_s / base.decode_tokens_per_s, 4)
+                   if base.decode_tokens_per_s else None,
                    "outputs_match_target_only": run.outputs == base.outputs}
             if job.name in ctls:
                 ctl = ctls[job.name]
@@ -253,9 +256,12 @@ class AdaptiveBench:
                 self.calibration.setdefault(name, {})[f"{variant}, test prompts"] = row["calibration"]
             rows.append(row)
         best = max((r for r in rows if r["method"] in fixed), key=lambda r: r["tokens_per_s"])
+        best_decode = max((r for r in rows if r["method"] in fixed), key=lambda r: r["decode_tokens_per_s"])
         for r in rows:
             if r["method"].startswith("adaptive"):
                 r["vs_best_fixed"] = round(r["tokens_per_s"] / best["tokens_per_s"] - 1.0, 4) if best["tokens_per_s"] else None
+                r["vs_best_fixed_decode"] = (round(r["decode_tokens_per_s"] / best_decode["decode_tokens_per_s"] - 1.0, 4)
+                                             if best_decode["decode_tokens_per_s"] else None)
         return {"stream": name, "test_prompts": len(test), "train_prompts": len(train), "best_fixed": best["method"],
                 "passes": {p.variant: p.summary for p in passes}, "rows": rows}
 
@@ -340,10 +346,13 @@ def markdown(report: dict) -> str:
         rows = [{"m": r["method"], "acc": f(r["acceptance_rate"]), "tpc": f(r["tokens_per_step"], "{:.2f}"),
                  "calls": f(r["drafter_calls_per_step"], "{:.2f}"), "tps": f(r["tokens_per_s"], "{:.1f}"),
                  "spd": f(r["speedup"], "{:.2f}x"), "vs": f(r.get("vs_best_fixed"), "{:+.1%}"),
+                 "dspd": f(r.get("decode_speedup"), "{:.2f}x"), "dvs": f(r.get("vs_best_fixed_decode"), "{:+.1%}"),
                  "g": f(r.get("gamma_final"), "{:.2f}"), "same": f(r["outputs_match_target_only"])} for r in st["rows"]]
         parts.append(markdown_table(rows, [("m", "method"), ("acc", "acceptance"), ("tpc", "tokens/target call"),
                                            ("calls", "drafter calls/target call"), ("tps", "tok/s"),
-                                           ("spd", "speedup"), ("vs", "vs best fixed K"), ("g", "final gamma"),
+                                           ("spd", "speedup"), ("vs", "vs best fixed K"),
+                                           ("dspd", "decode speedup"), ("dvs", "decode vs best fixed K"),
+                                           ("g", "final gamma"),
                                            ("same", "same output as target-only")]))
     parts += ["", "## Checks (issue #6)", ""]
     for c in report["checks"]:
