@@ -62,7 +62,7 @@ class AdaptConfig:
     head_steps: int = 8
     head_replay: int = 64
     head_batch: int = 8
-    tune_gamma: bool = False      # auto: adjust gamma per prompt from measured tokens/s (runtime.gamma)
+    tune_gamma: bool = False      # auto: tune gamma and K_max online from measured costs (runtime.gamma)
 
     def validate(self) -> None:
         if self.mode not in ("lora", "full"):
@@ -149,7 +149,7 @@ class OnlineAdapter:
         if cfg.tune_gamma and self.dcfg.adaptive:
             from omnidraft.runtime.gamma import GammaController
 
-            self.gamma_ctl = GammaController(gamma=cfg.gamma)
+            self.gamma_ctl = GammaController(gamma=cfg.gamma, k_max=cfg.max_draft_len)
         if cfg.train_head:
             from .head import HeadCollector, HeadTrainer, initial_head
 
@@ -183,7 +183,8 @@ class OnlineAdapter:
                 self.collector.on_verified(tokens, rows)
                 hc.on_verified(tokens, rows)
         try:
-            r = self.decoder.generate(prompt, self.dcfg, on_verified=on_verified, trace=hc is not None)
+            r = self.decoder.generate(prompt, self.dcfg, on_verified=on_verified,
+                                      trace=hc is not None or self.gamma_ctl is not None)
         except ContextOverflow:
             self.log.skipped_prompts += 1
             return None
@@ -191,8 +192,8 @@ class OnlineAdapter:
             if hc is not None:
                 hc.backend.recorder = None
         if self.gamma_ctl is not None:
-            # Decode time: the prompt pass grows with the prompt, not with gamma, and would drown the signal.
-            self.dcfg.gamma = self.gamma_ctl.observe(r.stats.new_tokens, r.stats.decode_seconds)
+            self.gamma_ctl.observe(r)
+            self.gamma_ctl.configure(self.dcfg)
         if hc is not None:
             self._last_head = h = hc.finish(r)
             if h is not None:

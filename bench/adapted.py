@@ -92,6 +92,7 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
                     **{k: v for k, v in METHODS[method].items()}}}
     if getattr(ad, "gamma_ctl", None) is not None:
         info["summary"]["gamma_after"] = round(ad.gamma_ctl.gamma, 4)
+        info["summary"]["k_max_after"] = ad.gamma_ctl.k_max
     return info
 
 

@@ -98,6 +98,7 @@ class _Pass:
     drafter: Path                 # merged drafter folder (head.json beside it)
     cache: Path | None
     gamma: float
+    k_max: int
     summary: dict = field(default_factory=dict)
 
 
@@ -165,16 +166,19 @@ class AdaptiveBench:
         cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))
         self.calibration.setdefault(stream, {})[f"{variant}, train pass"] = cal
         gamma = ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma
+        k_max = ad.gamma_ctl.k_max if ad.gamma_ctl is not None else s.max_draft_len
         acc, prop = sum(log.accepted), sum(log.proposed)
         steps = [x for x in ad.head.losses if "loss" in x]
         summary = {"train_prompts": len(log.acceptance), "head_updates": len(steps),
                    "stream_acceptance": round(acc / prop, 4) if prop else None, "gamma_after": round(gamma, 4),
+                   "k_max_after": k_max,
                    "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
                    "last_head_loss": steps[-1]["loss"] if steps else None, "calibration": cal,
                    "drafter_training": {"loss": cfg.loss, "updates": ad.updates, "lr": ad.trainer.lr,
                                         "steps_per_update": cfg.steps_per_update,
                                         "distill_temperature": cfg.distill_temperature}}
-        return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, gamma, summary)
+        return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, gamma,
+                     k_max, summary)
 
     def _drafter(self, folder: Path):
         from omnidraft.bench.bundled import cached_export
@@ -218,7 +222,8 @@ class AdaptiveBench:
         for p in passes:
             label = f"adaptive ({p.variant})"
             cal[label] = ([], [])
-            ctls[label] = GammaController(gamma=min(0.95, max(0.05, p.gamma))) if s.tune_gamma else None
+            ctls[label] = (GammaController(gamma=min(0.95, max(0.05, p.gamma)), k_max=p.k_max) if s.tune_gamma
+                           else None)
 
             def collect(out, store=cal[label]) -> None:
                 pr, ob = _observed(out)
@@ -250,6 +255,7 @@ class AdaptiveBench:
                 from omnidraft.adapt.head import calibration
 
                 row["gamma_final"] = round(ctl.gamma, 4) if ctl else s.gamma
+                row["k_max_final"] = ctl.k_max if ctl else s.max_draft_len
                 row["gamma_history"] = ctl.history if ctl else []
                 row["calibration"] = calibration(np.asarray(pr, np.float32), np.asarray(ob, np.float32))
                 variant = job.name.split("(")[1].rstrip(")")
@@ -339,7 +345,7 @@ def markdown(report: dict) -> str:
     s = report["meta"]["settings"]
     parts.append(f"backend {s['backend']}, {s['max_new_tokens']} new tokens per prompt, head loss "
                  f"{'head only (drafter frozen)' if s['loss'] == 'none' else s['loss'] + ' distillation + head'}, "
-                 f"gamma from {s['gamma']}{' tuned online' if s['tune_gamma'] else ''}; timed in lockstep.")
+                 f"gamma from {s['gamma']}{' and K_max tuned online' if s['tune_gamma'] else ''}; timed in lockstep.")
     for st in report["streams"]:
         parts += ["", f"## {st['stream']} ({st['test_prompts']} test prompts, heads trained on {st['train_prompts']} "
                       f"train prompts; best fixed: {st['best_fixed']})", ""]
@@ -347,12 +353,13 @@ def markdown(report: dict) -> str:
                  "calls": f(r["drafter_calls_per_step"], "{:.2f}"), "tps": f(r["tokens_per_s"], "{:.1f}"),
                  "spd": f(r["speedup"], "{:.2f}x"), "vs": f(r.get("vs_best_fixed"), "{:+.1%}"),
                  "dspd": f(r.get("decode_speedup"), "{:.2f}x"), "dvs": f(r.get("vs_best_fixed_decode"), "{:+.1%}"),
-                 "g": f(r.get("gamma_final"), "{:.2f}"), "same": f(r["outputs_match_target_only"])} for r in st["rows"]]
+                 "g": f(r.get("gamma_final"), "{:.2f}") + (f" / {r['k_max_final']}" if r.get("k_max_final") else ""),
+                 "same": f(r["outputs_match_target_only"])} for r in st["rows"]]
         parts.append(markdown_table(rows, [("m", "method"), ("acc", "acceptance"), ("tpc", "tokens/target call"),
                                            ("calls", "drafter calls/target call"), ("tps", "tok/s"),
                                            ("spd", "speedup"), ("vs", "vs best fixed K"),
                                            ("dspd", "decode speedup"), ("dvs", "decode vs best fixed K"),
-                                           ("g", "final gamma"),
+                                           ("g", "final gamma / K_max"),
                                            ("same", "same output as target-only")]))
     parts += ["", "## Checks (issue #6)", ""]
     for c in report["checks"]:

@@ -289,7 +289,8 @@ class Bench:
                 eng.warm_up(self.warm_prompt, drafter)
                 gamma = summary.get("gamma_after", DecodeConfig().gamma)
                 jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter,
-                                    tune=GammaController(gamma=min(0.95, max(0.05, gamma)))))
+                                    tune=GammaController(gamma=min(0.95, max(0.05, gamma)),
+                                                         k_max=summary.get("k_max_after", 16))))
                 kinds[method] = "built during adaptation (train), then online"
                 extra[method] = {"adaptation": summary}
                 continue

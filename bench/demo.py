@@ -131,6 +131,7 @@ def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Pa
                            "publish": round(log.publish_seconds, 1)}}
     if auto:
         summary["gamma"] = round(ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma, 4)
+        summary["k_max"] = ad.gamma_ctl.k_max if ad.gamma_ctl is not None else DecodeConfig().max_draft_len
     return merged, ad.cache_path, summary
 
 
@@ -196,7 +197,8 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             dec = open_pair(target_path, adapted_path, cache_path=cache_path)
             _warm_up(dec, prompts[0])
             acfg = cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto",
-                                                     gamma=adaptation[name]["gamma"])
+                                                     gamma=adaptation[name]["gamma"],
+                                                     max_draft_len=adaptation[name]["k_max"])
             after = run_stream(dec, prompts, acfg, f"{name}: omnidraft adapted", progress)
             rows.append(_row(name, "adapted + adaptive K" if auto else "adapted", after, base, len(dec.cache)))
             curves[f"{name} (adapted)"] = after

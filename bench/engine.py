@@ -149,22 +149,24 @@ class Engine:
             cache: NgramCache | None = None, on_verified=None, drafter: LoadedModel | None = None,
             gamma: float = 0.5, tune=None, on_result=None, max_draft_len: int = 16) -> Job:
         """``draft_len`` "auto": adaptive drafting at ``gamma``, or tuned per prompt by ``tune`` (a
-        runtime.gamma.GammaController, fed each prompt's tokens and seconds); ``on_result`` gets
-        each traced DecodeResult (calibration)."""
+        runtime.gamma.GammaController, fed each traced prompt); ``on_result`` gets each traced
+        DecodeResult (calibration)."""
         dec = self.decoder(cache, drafter)
         cfg = DecodeConfig(max_new_tokens=max_new_tokens, draft_len=draft_len, mode=mode, splits=self.splits,
-                           gamma=tune.gamma if tune is not None else gamma, max_draft_len=max_draft_len)
+                           gamma=gamma, max_draft_len=max_draft_len)
+        if tune is not None:
+            tune.configure(cfg)
         run = StreamRun(name, mode, draft_len)
 
         def step(i: int) -> None:
-            out = dec.generate(prompts[i], cfg, on_verified=on_verified, trace=on_result is not None)
+            out = dec.generate(prompts[i], cfg, on_verified=on_verified, trace=on_result is not None or tune is not None)
             _add(run.stats, out.stats)
             run.prompts += 1
             run.outputs.append(out.token_ids)
             run.running_acceptance.append(run.stats.acceptance_rate)
             if tune is not None:
-                # Decode time: the prompt pass grows with the prompt, not with gamma, and would drown the signal.
-                cfg.gamma = tune.observe(out.stats.new_tokens, out.stats.decode_seconds)
+                tune.observe(out)
+                tune.configure(cfg)
             if on_result is not None:
                 on_result(out)
 

@@ -270,11 +270,15 @@ def record_run(name: str, prompt: str, cfg_kw: dict, drafter, target, drafter_co
         "max_seq_len": {"drafter": drafter.max_seq_len, "target": target.max_seq_len},
         "cache_file": cache_file, "cache_before": cache_before,
         "calls": log, "uniforms": uniforms,
-        "rounds": [_jsonable(r) for r in result.rounds],
+        "rounds": [_jsonable({k: v for k, v in r.items() if k not in _TIMING_KEYS}) for r in result.rounds],
         "token_ids": [int(t) for t in result.token_ids], "text": result.text,
         "stats": {k: v for k, v in asdict(result.stats).items() if not k.endswith("seconds")},
         "cache_after": cache._serialise().decode(),
     }
+
+
+# What the gamma controller reads from a traced round: timings, which no replay can reproduce.
+_TIMING_KEYS = frozenset({"drafter_call_seconds", "target_fed", "target_seconds"})
 
 
 def loop_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec) -> dict:

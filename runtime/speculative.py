@@ -260,7 +260,8 @@ class _Run:
             ids_q = dctx.ids
             k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
             feed, draft, q_rows, uniforms, log_acc, acc_p = ids_q[drf.cached_len:], [], [], [], 0.0, []
-            t0 = time.perf_counter()
+            t0 = t_call = time.perf_counter()
+            call_seconds = []  # per drafter call: the gamma controller replays shorter drafts from these
             for _ in range(k):
                 if cfg.adaptive:
                     rows_q, z = drf.forward_with_accept(feed, drf.cached_len)
@@ -278,7 +279,10 @@ class _Run:
                     q_rows.append(q)
                 draft.append(d)
                 feed = [d]
-                if cfg.adaptive and rejection_prob(log_acc) > cfg.gamma and may_stop(
+                t_next = time.perf_counter()
+                call_seconds.append(t_next - t_call)
+                t_call = t_next
+                if cfg.adaptive and len(draft) < k and rejection_prob(log_acc) > cfg.gamma and may_stop(
                         translate(draft, vocab, cache, cfg.uses_splits).spans, len(draft), cache.max_len if cache else 1):
                     break
             st.drafter_seconds += time.perf_counter() - t0
@@ -296,7 +300,10 @@ class _Run:
             m = len(tr)
             # 3) Verify all m with one target call; rows[j] scores tr[j], rows[m] the bonus position.
             n_ctx = len(self.ctx_p)
-            rows = self._target(self.ctx_p[tgt.cached_len:] + tr.target_ids)[-(m + 1):]
+            fed = self.ctx_p[tgt.cached_len:] + tr.target_ids
+            t_verify = st.target_seconds
+            rows = self._target(fed)[-(m + 1):]
+            t_verify = st.target_seconds - t_verify
             # 4) Accept while the target agrees; then a correction (residual) or a bonus token.
             j = 0
             while j < m:
@@ -355,5 +362,7 @@ class _Run:
                 self.rounds.append({"draft": draft, "target_ids": tr.target_ids, "spans": tr.spans,
                                     "merged": [k is not None for k in tr.keys], "accepted": j, "extra": extra,
                                     "committed": new, "uniforms": uniforms, "ngram_added": added,
-                                    "drafter_cache_kept": lcp, "context": ids_q, "accept_logits": acc_p})
+                                    "drafter_cache_kept": lcp, "context": ids_q, "accept_logits": acc_p,
+                                    "drafter_call_seconds": call_seconds, "target_fed": len(fed),
+                                    "target_seconds": t_verify})
         return self._result(t_start)

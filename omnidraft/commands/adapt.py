@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train the acceptance head online (saved beside the merged drafter as head.json/head.safetensors)")
     p.add_argument("--head-variant", default="joint", help="joint (a head step with each drafter update) | "
                    "interleaved (head steps between updates from a FIFO replay buffer)")
-    p.add_argument("--tune-gamma", action="store_true", help="auto: tune gamma per prompt from measured tokens/s")
+    p.add_argument("--tune-gamma", action="store_true", help="auto: tune gamma and K_max online (each prompt replayed at shorter drafts, measured costs)")
     p.add_argument("--head-lr", type=float, default=1e-2)
     p.add_argument("--head-reject-weight", type=float, default=1.0, help="BCE weight of rejected tokens (SpecDec++: 6)")
     p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update (joint: per drafter update; "

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", default="none", help="none (head only, drafter frozen: every row drafts with the same "
                    "weights) | hybrid | dm (distil the drafter too; fixed-K rows then run on each variant's drafter)")
     p.add_argument("--gamma", type=float, default=0.5, help="initial stopping threshold in (0, 1)")
-    p.add_argument("--fixed-gamma", action="store_true", help="keep gamma fixed instead of tuning it from tokens/s")
+    p.add_argument("--fixed-gamma", action="store_true", help="keep gamma and K_max fixed instead of tuning them online")
     p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX")
     p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update")
     p.add_argument("--head-lr", type=float, default=1e-2)
