@@ -222,7 +222,8 @@ class AdaptiveBench:
         for p in passes:
             label = f"adaptive ({p.variant})"
             cal[label] = ([], [])
-            ctls[label] = (GammaController(gamma=min(0.95, max(0.05, p.gamma)), k_max=p.k_max) if s.tune_gamma
+            ctls[label] = (GammaController(gamma=min(0.95, max(0.05, p.gamma)), k_max=p.k_max,
+                                          k_limit=s.max_draft_len) if s.tune_gamma
                            else None)
 
             def collect(out, store=cal[label]) -> None:

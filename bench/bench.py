@@ -290,7 +290,8 @@ class Bench:
                 gamma = summary.get("gamma_after", DecodeConfig().gamma)
                 jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter,
                                     tune=GammaController(gamma=min(0.95, max(0.05, gamma)),
-                                                         k_max=summary.get("k_max_after", 16))))
+                                                         k_max=summary.get("k_max_after", DecodeConfig().max_draft_len),
+                                                         k_limit=DecodeConfig().max_draft_len)))
                 kinds[method] = "built during adaptation (train), then online"
                 extra[method] = {"adaptation": summary}
                 continue

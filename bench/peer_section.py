@@ -51,7 +51,7 @@ def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
                                   "one yet)")
         gamma = bench.adapted[(st.name, method)]["summary"].get("gamma_after", 0.5)
         k_max = bench.adapted[(st.name, method)]["summary"].get("k_max_after", 16)
-        k, tune = "auto", GammaController(gamma=min(0.95, max(0.05, gamma)), k_max=k_max)
+        k, tune = "auto", GammaController(gamma=min(0.95, max(0.05, gamma)), k_max=k_max, k_limit=16)
     return [eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
             eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune)]
 

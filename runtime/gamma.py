@@ -16,9 +16,11 @@ The candidates are gamma (a grid in logit space) x a cap on the draft length (K_
 matters where the head is overconfident: then no gamma stops drafting early enough, and the
 replay finds that capping the draft is faster. Per window of prompts the controller moves to the
 fastest candidate. Only shorter drafts can be replayed, so now and then it *probes* one notch
-longer (gamma or the cap, in turn) for a window; a probe that loses doubles the gap to the next
-one (up to ``max_gap`` windows), one that wins resets it, which keeps longer settings measurable
-as the drafter and head keep training without paying for probes on a settled stream.
+longer (gamma or the cap, in turn) for a window. A probe that wins is followed by the next one at
+once, so a long climb (an untrained drafter's pass ends at cap 1; the trained one wants more)
+takes a window per notch; one that loses doubles the gap before the next (up to ``max_gap``
+windows), so a settled stream pays for few probes while longer settings stay measurable as the
+drafter and head keep training.
 Deterministic given the timings; no clock is read here.
 """
 
@@ -76,10 +78,11 @@ def _replay(r: dict, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, 
 @dataclass
 class GammaController:
     gamma: float = 0.5
-    k_max: int = 16
+    k_max: int = 16               # the cap to start from
+    k_limit: int | None = None    # the largest cap it may choose (default: k_max); the KV-cache room
     window: int = 2               # prompts per decision
     explore_every: int = 1        # windows between probes of a longer setting, doubled after each
-    max_gap: int = 8              # probe that loses, up to max_gap, and reset by one that wins
+    max_gap: int = 4              # probe that loses, up to max_gap, and reset by one that wins
     lo: float = 0.05
     hi: float = 0.95
     history: list[dict] = field(default_factory=list)
@@ -89,11 +92,11 @@ class GammaController:
             raise InvalidArgument(f"gamma {self.gamma} must lie within [{self.lo}, {self.hi}] for online tuning")
         if self.window < 1 or self.explore_every < 1 or self.max_gap < self.explore_every:
             raise InvalidArgument("gamma tuning needs window >= 1 and 1 <= explore_every <= max_gap")
-        if not isinstance(self.k_max, int) or self.k_max < 1:
-            raise InvalidArgument(f"K_max must be >= 1 (got {self.k_max})")
+        self.k_limit = self.k_max if self.k_limit is None else self.k_limit
+        if not isinstance(self.k_max, int) or not 1 <= self.k_max <= self.k_limit:
+            raise InvalidArgument(f"K_max must be within [1, {self.k_limit}] (got {self.k_max})")
         self.gammas = sorted({g for g in GAMMAS if self.lo <= g <= self.hi} | {self.lo, self.hi, self.gamma})
-        self.caps = sorted({c for c in CAPS if c < self.k_max} | {self.k_max})
-        self.k_limit = self.k_max     # the loop's KV-cache checks were sized for this; never exceeded
+        self.caps = sorted({c for c in CAPS if c < self.k_limit} | {self.k_limit, self.k_max})
         self._fit = [0, 0.0, 0.0, 0.0, 0.0]  # rounds, sum fed, sum seconds, sum fed^2, sum fed*seconds
         self._reset_window()
         self._since_probe, self._gap, self._probing, self._axis = 0, self.explore_every, False, 0
@@ -154,11 +157,13 @@ class GammaController:
     def _decide(self) -> None:
         rates = {c: self.estimate(*c) for c in self._candidates()}
         ran = (self.gamma, self.k_max)
-        # Ties (a binding cap makes every larger gamma equal): the larger cap, then the smaller gamma,
-        # so that a probe one gamma notch up moves off the tie rather than past it.
-        best = max(rates, key=lambda c: (round(rates[c], 6), c[1], -c[0]))
-        if self._probing:  # a probe that won resets the gap; one that lost doubles it
-            self._gap = self.explore_every if best == ran else min(self._gap * 2, self.max_gap)
+        # Ties within 0.1 % (a binding cap makes every larger gamma equal; a head's coarse predictions
+        # make neighbouring gammas stop at the same tokens): the longer setting, so plateaus are
+        # crossed rather than probed over and over.
+        top = max(rates.values()) or 1.0
+        best = max(rates, key=lambda c: (round(rates[c] / top, 3), c[1], c[0]))
+        if self._probing:  # a probe that won is followed by another at once; one that lost doubles the gap
+            self._gap = 0 if best == ran else min(max(self.explore_every, self._gap * 2), self.max_gap)
         self._since_probe += 1
         self._probing = self._since_probe > self._gap
         g, cap = best
@@ -167,7 +172,7 @@ class GammaController:
             up_g = min((x for x in self.gammas if x > g), default=None)
             up_c = min((x for x in self.caps if x > cap and x <= self.k_limit), default=None)
             self._axis ^= 1
-            if up_c is not None and (self._axis or up_g is None):
+            if up_c is not None and (self._axis or up_g is None or cap == 1):  # at cap 1 gamma never acts
                 cap = up_c
             elif up_g is not None:
                 g = up_g
