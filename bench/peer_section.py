@@ -16,13 +16,18 @@ OWN_BACKENDS = ("torch", "ort", "executorch")
 REPLAYABLE = ("spd-dm", "spd-dm+ngram", "spd-dm+ngram_pp")
 
 
-def best_method(bench: "Bench", st: "_Stream") -> str | None:
-    """The fastest measured method of this stream on the main backend that can be replayed on every
-    backend (an adapted drafter is an HF folder, exported like any other)."""
+# ExecuTorch drafters carry no acceptance head yet, so adaptive drafting cannot run there.
+NEEDS_HEAD = ("hybrid+adaptive",)
+
+
+def best_method(bench: "Bench", st: "_Stream", backend: str | None = None) -> str | None:
+    """The fastest measured method of this stream on the main backend that can be replayed on
+    ``backend`` (an adapted drafter is an HF folder, exported like any other)."""
     from omnidraft.bench import adapted
 
     rows = [r for r in bench.report["rows"] if r["stream"] == st.name and r.get("status") == "ok"
-            and r["method"] != "target-only" and (r["method"] in REPLAYABLE or adapted.replayable(r["method"]))]
+            and r["method"] != "target-only" and (r["method"] in REPLAYABLE or adapted.replayable(r["method"]))
+            and not (backend == "executorch" and r["method"] in NEEDS_HEAD)]
     return max(rows, key=lambda r: r["tokens_per_s"])["method"] if rows else None
 
 
@@ -66,9 +71,9 @@ def _peer(stream: str, name: str, run, hf_base, reference, reference_name: str |
 
 def run_peers(bench: "Bench", st: "_Stream") -> None:
     s = bench.s
-    method = best_method(bench, st)
+    methods = {b: best_method(bench, st, b) for b in OWN_BACKENDS if b in s.peers}
     jobs, own, failed = [], [], []
-    for backend in (b for b in OWN_BACKENDS if b in s.peers and method is not None):
+    for backend, method in ((b, m) for b, m in methods.items() if m is not None):
         try:
             jobs += _own_jobs(bench, st, backend, method)
             own.append(backend)
@@ -101,7 +106,7 @@ def run_peers(bench: "Bench", st: "_Stream") -> None:
         peers.append(_peer(st.name, "hf-target-only", hf_base, hf_base, torch_ref.outputs if torch_ref else None,
                            "omnidraft torch target-only", config={}))
     for backend in own:
-        base, run = runs[f"omnidraft-{backend} target-only"], runs[f"omnidraft-{backend}"]
+        base, run, method = runs[f"omnidraft-{backend} target-only"], runs[f"omnidraft-{backend}"], methods[backend]
         peers.append(_peer(
             st.name, f"omnidraft-{backend}", run, hf_base, base.outputs, f"omnidraft {backend} target-only",
             method=method, draft_len="auto" if method == "hybrid+adaptive" else st.ks.get(method, st.draft_len),

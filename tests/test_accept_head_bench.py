@@ -70,7 +70,7 @@ def test_bench_hybrid_adaptive_row(pair, tmp_path, monkeypatch):
     monkeypatch.setattr(adapted, "METHODS", {"hybrid+adaptive": adapted.METHODS["hybrid+adaptive"]})
     from omnidraft.bench import peer_section
 
-    monkeypatch.setattr(peer_section, "best_method", lambda bench, st: "hybrid+adaptive")  # replay it as a peer
+    monkeypatch.setattr(peer_section, "best_method", lambda bench, st, backend=None: "hybrid+adaptive")
     d, t = pair
     out = tmp_path / "bench"
     argv = ["bench", "--pair", f"{d},{t}", "--backend", "torch", "--streams", "math", "--prompts", "2",
@@ -85,6 +85,20 @@ def test_bench_hybrid_adaptive_row(pair, tmp_path, monkeypatch):
     (peer,) = [p for p in doc["peers"] if p["name"] == "omnidraft-torch"]
     assert peer["status"] == "ok" and peer["outputs_match_target_only"]
     assert peer["method"] == "hybrid+adaptive" and peer["draft_len"] == "auto"
+
+
+def test_executorch_peer_replays_the_fastest_method_it_can_run():
+    """A .pte drafter has no acceptance head: the ExecuTorch peer takes the fastest fixed-K method."""
+    from types import SimpleNamespace
+
+    from omnidraft.bench.peer_section import best_method
+
+    rows = [{"stream": "code", "method": m, "status": "ok", "tokens_per_s": t}
+            for m, t in (("target-only", 100.0), ("spd-dm", 80.0), ("hybrid", 130.0), ("hybrid+lora", 140.0),
+                         ("hybrid+adaptive", 150.0))]
+    bench, st = SimpleNamespace(report={"rows": rows}), SimpleNamespace(name="code")
+    assert best_method(bench, st, "ort") == best_method(bench, st, "torch") == "hybrid+adaptive"
+    assert best_method(bench, st, "executorch") == "hybrid+lora"
 
 
 @pytest.fixture()
