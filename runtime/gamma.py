@@ -31,13 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.accept_head import log_sigmoid
 
 GAMMAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 CAPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-
-
-def _log_sigmoid(z: float) -> float:
-    return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
 
 
 def _replay(r: dict, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, int]]]:
@@ -57,7 +54,7 @@ def _replay(r: dict, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, 
         d0 = spans[t0][0] if t0 < m else n
         log_acc, s = 0.0, n
         for i in range(d0 + 1, n + 1):
-            log_acc += _log_sigmoid(z[i - 1]) if i - 1 < len(z) else 0.0
+            log_acc += log_sigmoid(z[i - 1]) if i - 1 < len(z) else 0.0
             if i - d0 >= cap or (-math.expm1(log_acc) > gamma and i in ends):
                 s = i
                 break
