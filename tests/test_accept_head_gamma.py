@@ -95,6 +95,26 @@ def test_settles_near_the_fastest_setting(head, start, cap, cheap, monkeypatch):
         assert all(h["k_max"] == 1 for h in settled)  # no gamma helps an overconfident head; a cap does
 
 
+def test_does_not_drift_down_from_the_fastest_setting(monkeypatch):
+    # Cheap drafting, calibrated head: gamma 0.7 uncapped is the fastest setting and every shorter one
+    # is slower. Each window's best replay is noisy; a controller that moves on it drifts down.
+    monkeypatch.setattr(sys.modules[__name__], "DRAFT_S", 0.1e-3)
+    monkeypatch.setattr(sys.modules[__name__], "PER_TOKEN_S", 0.15e-3)
+    rate = functools.lru_cache(maxsize=None)(lambda g, c: _true_rate(g, c, "calibrated"))
+    means = []
+    for seed in range(6):
+        ctl = GammaController(gamma=0.7, k_max=16, k_limit=16, window=2)
+        rng = random.Random(seed)
+        for _ in range(30):
+            ctl.observe(_prompt(rng, ctl.gamma, ctl.k_max, "calibrated"))
+        ran = [rate(h["gamma_was"], h["k_max_was"]) for h in ctl.history]
+        means.append(sum(ran) / len(ran))
+    best = max(rate(g, c) for g in ctl.gammas for c in ctl.caps)
+    assert rate(0.7, 16) >= 0.99 * best
+    # Moving on each window's best replay averaged 0.983 of the best here (seeds 0-5); this rule 0.992.
+    assert sum(means) / len(means) >= 0.988 * best, [round(m / best, 3) for m in means]
+
+
 def test_replay_needs_a_trace_and_is_deterministic():
     res = _prompt(random.Random(1), 0.5, 16, "calibrated")
     ctl = GammaController(window=1)
@@ -120,6 +140,7 @@ def test_never_drafts_longer_than_its_k_limit():
 
 def test_bad_settings():
     for bad in (dict(gamma=0.0), dict(gamma=0.99), dict(window=0), dict(explore_every=0), dict(k_max=0),
-                dict(explore_every=4, max_gap=2), dict(k_max=8, k_limit=4)):
+                dict(explore_every=4, max_gap=2), dict(k_max=8, k_limit=4), dict(margin=-0.1),
+                dict(min_windows=1), dict(min_windows=9, horizon=8)):
         with pytest.raises(InvalidArgument):
             GammaController(**bad)
