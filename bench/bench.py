@@ -287,11 +287,10 @@ class Bench:
                     status[method] = "failed: the adaptation pass left no acceptance head on the drafter"
                     continue
                 eng.warm_up(self.warm_prompt, drafter)
-                gamma = summary.get("gamma_after", DecodeConfig().gamma)
-                jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter,
-                                    tune=GammaController(gamma=min(0.95, max(0.05, gamma)),
-                                                         k_max=summary.get("k_max_after", DecodeConfig().max_draft_len),
-                                                         k_limit=DecodeConfig().max_draft_len)))
+                # From --gamma and K_max 16, not the pass's final setting: the pass drafts with the eager
+                # drafter (~5x the exported drafter's cost per call), so its setting is biased short.
+                jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter, gamma=s.gamma,
+                                    tune=GammaController(gamma=s.gamma, k_max=DecodeConfig().max_draft_len)))
                 kinds[method] = "built during adaptation (train), then online"
                 extra[method] = {"adaptation": summary}
                 continue

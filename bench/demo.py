@@ -196,9 +196,10 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             adapted_path, cache_path, adaptation[name] = _adapt(s, name, folders, target_path, state, progress)
             dec = open_pair(target_path, adapted_path, cache_path=cache_path)
             _warm_up(dec, prompts[0])
-            acfg = cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto",
-                                                     gamma=adaptation[name]["gamma"],
-                                                     max_draft_len=adaptation[name]["k_max"])
+            # --draft-len auto keeps --gamma and K_max 16 rather than the pass's tuned setting: the pass
+            # drafts with the eager drafter (~5x the exported drafter's cost per call), so that
+            # setting is biased toward short drafts.
+            acfg = cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto", gamma=s.gamma)
             after = run_stream(dec, prompts, acfg, f"{name}: omnidraft adapted", progress)
             rows.append(_row(name, "adapted + adaptive K" if auto else "adapted", after, base, len(dec.cache)))
             curves[f"{name} (adapted)"] = after

@@ -46,7 +46,7 @@ def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
         drafter, cache = adapted.for_backend(bench, eng, st.name, method)
         eng.warm_up(bench.warm_prompt, drafter)
     k, tune = st.ks.get(method, st.draft_len), None
-    if method == "hybrid+adaptive":  # adaptive drafting, gamma from the adaptation pass, tuned on
+    if method == "hybrid+adaptive":  # adaptive drafting from --gamma and K_max 16, tuned online (as its row)
         from omnidraft.errors import InvalidArgument
         from omnidraft.runtime.backends.base import has_accept_head
         from omnidraft.runtime.gamma import GammaController
@@ -54,9 +54,7 @@ def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
         if not has_accept_head(drafter.backend):
             raise InvalidArgument(f"the {backend} drafter has no acceptance head (ExecuTorch drafters do not carry "
                                   "one yet)")
-        gamma = bench.adapted[(st.name, method)]["summary"].get("gamma_after", 0.5)
-        k_max = bench.adapted[(st.name, method)]["summary"].get("k_max_after", 16)
-        k, tune = "auto", GammaController(gamma=min(0.95, max(0.05, gamma)), k_max=k_max, k_limit=16)
+        k, tune = "auto", GammaController(gamma=s.gamma, k_max=16)
     return [eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
             eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune)]
 
