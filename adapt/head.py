@@ -173,7 +173,7 @@ class HeadTrainer:
         with torch.no_grad():
             self.head.out.bias.fill_(math.log(per_token / (1.0 - per_token)))
         self.warm = True
-        self.losses.append({"warm_start": True, "mean_label": round(lab, 4), "bias": round(float(self.head.out.bias), 4)})
+        self.losses.append({"warm_start": True, "mean_label": round(lab, 4), "bias": round(float(self.head.out.bias.detach()), 4)})
 
     def step(self, records: list[HeadRecord], tag: dict | None = None) -> float | None:
         records = [r for r in records if r is not None and r.size]

@@ -59,8 +59,12 @@ def replayable(method: str) -> bool:
     return method in METHODS and unavailable_reason() is None
 
 
-def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_len: int) -> dict:
-    """Adapt once per (stream, method) and remember where the merged drafter and cache are."""
+def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_len: int, target: Path) -> dict:
+    """Adapt once per (stream, method) and remember where the merged drafter and cache are.
+
+    ``target`` is the deployed target (the bench backend's export): the drafter learns the tokens the
+    target it will be verified by writes, not those of the fp32 Hugging Face target, whose greedy
+    choices the int8 export does not always share."""
     done = bench.adapted
     if (stream, method) in done:
         return done[(stream, method)]
@@ -75,7 +79,7 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
                           splits=s.splits, **over)
     state = s.out / "state" / "adapt" / f"{stream}.{method}"
     shutil.rmtree(state, ignore_errors=True)  # the bench's own scratch: never resume an old adapter
-    ad = mod.OnlineAdapter(bench.pair.drafter, bench.pair.target, state, cfg)
+    ad = mod.OnlineAdapter(bench.pair.drafter, target, state, cfg)
     bar = tqdm(total=len(prompts), desc=f"{stream}: adapt {method}", file=sys.stderr, disable=not bench.progress,
                leave=False, dynamic_ncols=True)
     try:
@@ -103,7 +107,7 @@ def for_backend(bench: "Bench", eng: "Engine", stream: str, method: str, prompts
     from omnidraft.bench.demo import BACKENDS
     from omnidraft.bench.engine import load
 
-    info = _pass(bench, stream, method, prompts or [], draft_len or 4)
+    info = _pass(bench, stream, method, prompts or [], draft_len or 4, eng.paths[1])
     fmt, quant = BACKENDS[eng.backend]
     folder = Path(info["drafter"])
     from omnidraft.runtime.accept_head import HEAD_JSON
