@@ -189,8 +189,8 @@ class GammaController:
         if ran != cur:
             # A probe: the setting it left is replayed from the same rounds, so the comparison is paired.
             # A tie (within 0.1 %: a binding cap makes gamma moot and vice versa) also moves up, so a
-            # plateau is crossed, but only a win makes the next probe come at once.
-            # A tie keeps the pooled evidence: it compared shorter settings with one just as fast.
+            # plateau is crossed, and keeps the pooled evidence (it compared shorter settings with one
+            # just as fast); only a win makes the next probe come at once.
             win = rates[ran] > rates[cur] * 1.001
             if rates[ran] >= rates[cur] * 0.999:
                 cur, moved = ran, win
@@ -200,7 +200,7 @@ class GammaController:
             # chosen (total replayed tokens over total replayed seconds: the stream's throughput) and
             # consistently so (mean per-window log ratio two standard errors above zero). One window's
             # prompts can favour another setting 2x (a repetition loop the head is sure of) while over
-            # the stream that setting is 10 % slower; a consistent 7 % moves after two windows.
+            # the stream that setting is 10 % slower; a consistent 7 % moves after min_windows.
             base = replayed[cur]
             for c, ts in replayed.items():
                 if c[0] <= cur[0] + 1e-12 and c[1] <= cur[1] and c != cur:
@@ -210,7 +210,8 @@ class GammaController:
             for c, wins in self._pool.items():
                 if len(wins) < self.min_windows or any(w[1] <= 0 or w[3] <= 0 or w[0] <= 0 for w in wins):
                     continue
-                ratio = (sum(w[0] for w in wins) / sum(w[1] for w in wins)) / (sum(w[2] for w in wins) / sum(w[3] for w in wins))
+                ratio = (sum(w[0] for w in wins) / sum(w[1] for w in wins)) / (
+                    sum(w[2] for w in wins) / sum(w[3] for w in wins))
                 logs = [math.log((w[0] / w[1]) / (w[2] / w[3])) for w in wins]
                 mean = sum(logs) / len(logs)
                 se = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) / len(logs))
