@@ -74,6 +74,9 @@ class AdaptiveSettings:
         if not self.ks or min(self.ks) < 1:
             raise InvalidArgument("every fixed K of --draft-lens must be >= 1")
         validate_adaptive("auto", self.gamma, self.max_draft_len)
+        if self.tune_gamma and not 0.05 <= self.gamma <= 0.95:
+            raise InvalidArgument(f"--gamma must be within [0.05, 0.95] when it is tuned online (got {self.gamma}); "
+                                  "add --fixed-gamma to keep it fixed")
         if not self.head_lr > 0:
             raise InvalidArgument(f"--head-lr must be > 0 (got {self.head_lr})")
         if self.threads is not None and self.threads < 1:

@@ -52,6 +52,7 @@ def test_table_per_stream(pair, tmp_path, capsys, backend):
 @pytest.mark.parametrize("extra,needle", [
     (["--backend", "executorch"], "do not carry an acceptance head"),
     (["--gamma", "1"], "--gamma must be within (0, 1)"),
+    (["--gamma", "0.01"], "--gamma must be within [0.05, 0.95] when it is tuned online"),
     (["--variants", "both"], "unknown head variant"),
     (["--draft-lens", "0,2"], "must be >= 1"),
     (["--streams", "poetry"], "unknown stream"),
