@@ -37,6 +37,18 @@ a binding cap makes gamma moot), and one that is faster is followed by the next 
 a long climb takes a window per notch. One that is not faster doubles the gap before the next (up
 to ``max_gap`` windows).
 
+Below the shortest draft there is one more setting: no drafting at all (``k_max`` 0, plain target
+steps). Where the drafter is rarely right (math on the bundled pair: acceptance ~0.13) every
+draft length is slower than the target alone (K=1 ran 0.73x target-only), so the stopping rule,
+which always drafts at least one token, cannot help. The replay prices a plain step from the same
+verification fit (one fed token) plus the loop overhead measured on plain prompts (on 32 text
+prompts it replayed 231 tok/s where target-only measured 249: slightly pessimistic). The move needs
+the same pooled, consistent evidence as any other, and must beat every drafting setting pooled,
+not only the kept one, by the margin. While off, prompts decode with the target
+alone, and the usual probes try again the fastest drafting setting of the windows that turned it
+off, so a stream that becomes predictable (the drafter keeps training) turns drafting back on.
+``allow_off=False`` keeps K within [1, K_max].
+
 Deterministic given the timings; no clock is read here.
 """
 
@@ -101,6 +113,7 @@ class GammaController:
     margin: float = 0.03          # how much faster (pooled) a shorter setting must be to move to it
     min_windows: int = 3          # windows pooled before moving down
     horizon: int = 8              # the most recent windows pooled (the drafter and head keep training)
+    allow_off: bool = True        # may turn drafting off (k_max 0) where plain target steps are faster
     history: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -117,9 +130,11 @@ class GammaController:
         self.gammas = sorted({g for g in GAMMAS if self.lo <= g <= self.hi} | {self.lo, self.hi, self.gamma})
         self.caps = sorted({c for c in CAPS if c < self.k_limit} | {self.k_limit, self.k_max})
         self._fit = [0, 0.0, 0.0, 0.0, 0.0]  # rounds, sum fed, sum seconds, sum fed^2, sum fed*seconds
+        self._plain = [0, 0.0]               # plain target steps, their seconds outside the target
         self._reset_window()
         self._since_probe, self._gap = 0, self.explore_every
         self._cur = (self.gamma, self.k_max)       # the setting kept; (gamma, k_max) is what runs next
+        self._resume = (self.gamma, 1)             # while off: the drafting setting a probe tries
         # per shorter candidate, per window since the kept setting was chosen: (its replayed tokens,
         # seconds, the kept setting's replayed tokens, seconds)
         self._pool: dict[tuple[float, int], list[tuple[float, float, float, float]]] = {}
@@ -136,10 +151,19 @@ class GammaController:
     def observe(self, result: Any) -> None:
         """Record one decoded prompt (a DecodeResult traced with ``trace=True``); after a full window
         the controller's ``gamma`` and ``k_max`` change. Apply them with ``configure``."""
-        rounds = result.rounds
-        if result.stats.steps and not rounds:
+        rounds, fit = result.rounds, self._fit
+        if self.k_max == 0:  # decoded without drafting: plain steps, one fed token each
+            st = result.stats
+            fit[0] += st.steps
+            fit[1] += st.steps
+            fit[2] += st.target_seconds
+            fit[3] += st.steps
+            fit[4] += st.target_seconds
+            self._plain[0] += st.steps
+            self._plain[1] += max(0.0, st.decode_seconds - st.target_seconds)
+            rounds = []
+        elif result.stats.steps and not rounds:
             raise InvalidArgument("gamma tuning replays each round: decode with trace=True")
-        fit = self._fit
         for r in rounds:
             fit[0] += 1
             fit[1] += r["target_fed"]
@@ -147,7 +171,8 @@ class GammaController:
             fit[3] += r["target_fed"] ** 2
             fit[4] += r["target_fed"] * r["target_seconds"]
         modelled = sum(sum(r["drafter_call_seconds"]) + r["target_seconds"] for r in rounds)
-        self._other += max(0.0, result.stats.decode_seconds - modelled)
+        if self.k_max:
+            self._other += max(0.0, result.stats.decode_seconds - modelled)
         self._rounds.extend(rounds)
         self._measured[0] += result.stats.new_tokens
         self._measured[1] += result.stats.decode_seconds
@@ -181,12 +206,23 @@ class GammaController:
             secs += sum(sum(calls[d0:s]) + per_call + other + per_token * (m + 1) for d0, s, m in drafts)
         return tokens, secs
 
+    def _replayed_off(self) -> tuple[int, float]:
+        """The window's tokens decoded by plain target steps: one step per token."""
+        per_call, per_token = self.verify_cost()
+        other = self._plain[1] / self._plain[0] if self._plain[0] else 0.0
+        tokens = sum(len(r["committed"]) for r in self._rounds)
+        return tokens, tokens * (per_call + per_token + other)
+
     def _decide(self) -> None:
         ran, cur = (self.gamma, self.k_max), self._cur
-        replayed = {c: self._replayed(*c) for c in self._candidates()}
+        replayed = {c: self._replayed(*c) for c in self._candidates()} if self._rounds else {}
+        if replayed and self.allow_off:
+            replayed[(cur[0], 0)] = self._replayed_off()  # gamma is moot when off; keep the kept one
         rates = {c: t / s if s > 0 else 0.0 for c, (t, s) in replayed.items()}
         moved = False
-        if ran != cur:
+        if not replayed:
+            pass  # a window without drafting: nothing to replay, only the probe schedule moves on
+        elif ran != cur:
             # A probe: the setting it left is replayed from the same rounds, so the comparison is paired.
             # A tie (within 0.1 %: a binding cap makes gamma moot and vice versa) also moves up, so a
             # plateau is crossed, and keeps the pooled evidence (it compared shorter settings with one
@@ -195,7 +231,7 @@ class GammaController:
             if rates[ran] >= rates[cur] * 0.999:
                 cur, moved = ran, win
             self._gap = 0 if win else min(max(self.explore_every, self._gap * 2), self.max_gap)
-        if not moved:
+        if replayed and not moved:
             # Moving down needs the candidate to be faster over the windows since the kept setting was
             # chosen (total replayed tokens over total replayed seconds: the stream's throughput) and
             # consistently so (mean per-window log ratio two standard errors above zero). One window's
@@ -207,6 +243,8 @@ class GammaController:
                     self._pool.setdefault(c, []).append((*ts, *base))
                     del self._pool[c][:-self.horizon]
             best, best_ratio = None, 1.0 + self.margin
+            resume = (cur, 1.0)  # the fastest drafting setting pooled (the kept one included)
+            off = None
             for c, wins in self._pool.items():
                 if len(wins) < self.min_windows or any(w[1] <= 0 or w[3] <= 0 or w[0] <= 0 for w in wins):
                     continue
@@ -215,8 +253,18 @@ class GammaController:
                 logs = [math.log((w[0] / w[1]) / (w[2] / w[3])) for w in wins]
                 mean = sum(logs) / len(logs)
                 se = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) / len(logs))
+                if c[1] == 0:
+                    off = ratio if mean - 2 * se > 0 else None
+                    continue
+                if ratio > resume[1]:
+                    resume = (c, ratio)
                 if ratio > best_ratio and mean - 2 * se > 0:
                     best, best_ratio = c, ratio
+            # Off must beat every drafting setting by the margin, not only the kept one: on text a
+            # three-token draft ran ~4 % faster than plain steps while the kept, uncapped setting
+            # ran far slower than both, and turning off there cost 6 % (probes included).
+            if off is not None and off > resume[1] * (1.0 + self.margin):
+                best, self._resume = (cur[0], 0), resume[0]
             if best is not None:
                 cur, moved = best, True
         if moved:
@@ -227,19 +275,27 @@ class GammaController:
         if probing:  # one notch longer on both axes: every setting in between is replayed from it
             up_g = min((x for x in self.gammas if x > g), default=g)
             up_c = min((x for x in self.caps if x > cap and x <= self.k_limit), default=cap)
+            if cap == 0:
+                # Off: probe the fastest drafting setting of the windows that turned it off. One notch
+                # (a one-token draft) can be slower than plain steps where a three-token draft is
+                # faster (text on the bundled pair), and a probe can only move to the setting it ran.
+                up_g, up_c = self._resume
             probing = (up_g, up_c) != cur
             if probing:
                 self._since_probe = 0
                 g, cap = up_g, up_c
         measured = self._measured[0] / self._measured[1] if self._measured[1] > 0 else 0.0
-        self.history.append({"tokens_per_s": round(measured, 3), "replayed_tokens_per_s": round(rates[ran], 3),
+        self.history.append({"tokens_per_s": round(measured, 3),
+                             "replayed_tokens_per_s": round(rates[ran], 3) if ran in rates else None,
                              "gamma_was": round(ran[0], 4), "k_max_was": ran[1],
-                             "best": [round(cur[0], 4), cur[1]], "best_tokens_per_s": round(rates[cur], 3),
+                             "best": [round(cur[0], 4), cur[1]],
+                             "best_tokens_per_s": round(rates[cur], 3) if cur in rates else None,
                              "probe": probing, "gamma": round(g, 4), "k_max": cap})
         self._cur = cur
         self.gamma, self.k_max = g, cap
         self._reset_window()
 
     def configure(self, cfg: Any) -> None:
-        """Set a DecodeConfig's gamma and K_max to the controller's current choice."""
-        cfg.gamma, cfg.max_draft_len = self.gamma, self.k_max
+        """Set a DecodeConfig's gamma and K_max to the controller's current choice (K_max 0: decode
+        the next prompts with the target alone, ``speculate`` False)."""
+        cfg.gamma, cfg.max_draft_len, cfg.speculate = self.gamma, max(1, self.k_max), self.k_max > 0

@@ -39,6 +39,7 @@ class DecodeConfig:
     gamma: float = 0.5            # auto: stop once P(some drafted token is rejected) > gamma
     max_draft_len: int = 16       # auto: K_max
     splits: bool = True           # ngram mode, greedy: draft unmapped tokens the target spells with several
+    speculate: bool = True        # False: plain target steps (runtime.gamma turns drafting off where it loses)
 
     @property
     def uses_splits(self) -> bool:
@@ -159,7 +160,7 @@ class SpeculativeDecoder:
                                   f"has none; {why}")
         run = _Run(self, prompt, ctx_p, cfg, on_text, trace)
         run.on_verified = on_verified
-        return run.target_only() if cfg.mode == "target-only" else run.speculative()
+        return run.target_only() if cfg.mode == "target-only" or not cfg.speculate else run.speculative()
 
 
 class _Run:

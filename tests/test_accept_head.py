@@ -202,6 +202,18 @@ def test_greedy_auto_identical_torch(pair):
     assert _check_greedy(SpeculativeDecoder(load_model(t), drf, cache)) > 0
 
 
+def test_drafting_turned_off_decodes_with_the_target_alone(pair):
+    # runtime.gamma turns drafting off (speculate False) where plain steps are faster: same tokens,
+    # no drafter call, one target call per token.
+    d, t, head_dir, _ = pair
+    dec = SpeculativeDecoder(load_model(t), load_model(d, accept_head=head_dir))
+    for prompt in PROMPTS[:2]:
+        ref = dec.generate(prompt, DecodeConfig(max_new_tokens=12, mode="target-only"))
+        off = dec.generate(prompt, DecodeConfig(max_new_tokens=12, draft_len="auto", speculate=False), trace=True)
+        assert off.token_ids == ref.token_ids and off.stats.drafter_calls == 0 and not off.rounds
+        assert off.stats.steps == len(off.token_ids)
+
+
 def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
     from omnidraft.export.pipeline import export_model
     from omnidraft.runtime.manifest import load_manifest

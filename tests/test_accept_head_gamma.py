@@ -20,6 +20,7 @@ from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.gamma import GammaController
 
 DRAFT_S, VERIFY_S, PER_TOKEN_S, OTHER_S = 1.0e-3, 2.0e-3, 0.8e-3, 0.3e-3
+PLAIN_OTHER_S = 0.05e-3  # a plain target step's loop overhead (no translation, no drafter context)
 
 
 def _logit(p: float) -> float:
@@ -39,8 +40,14 @@ def _positions(rng: random.Random, n: int) -> list[tuple[float, bool]]:
 
 
 def _prompt(rng: random.Random, gamma: float, cap: int, head: str, tokens: int = 64) -> SimpleNamespace:
-    """Decode one prompt at (gamma, cap) the way the loop does, with simulated costs."""
+    """Decode one prompt at (gamma, cap) the way the loop does, with simulated costs (cap 0: plain
+    target steps, untraced, as the loop decodes with ``speculate`` False)."""
     pos_info = _positions(rng, tokens + 40)
+    if cap == 0:
+        target_s = (VERIFY_S + PER_TOKEN_S) * tokens
+        stats = SimpleNamespace(steps=tokens, decode_seconds=target_s + PLAIN_OTHER_S * tokens, new_tokens=tokens,
+                                target_seconds=target_s)
+        return SimpleNamespace(rounds=[], stats=stats)
     pos, rounds, seconds = 0, [], 0.0
     while pos < tokens:
         z, log_acc = [], 0.0
@@ -79,7 +86,9 @@ def test_settles_near_the_fastest_setting(head, start, cap, cheap, monkeypatch):
     if cheap:
         monkeypatch.setattr(sys.modules[__name__], "DRAFT_S", 0.1e-3)
         monkeypatch.setattr(sys.modules[__name__], "PER_TOKEN_S", 0.15e-3)
-    ctl = GammaController(gamma=start, k_max=cap, k_limit=16, window=2)
+    # The stopping rule's own settings: plain target steps are faster still in this world (expensive
+    # drafting), which the tests of turning drafting off below cover.
+    ctl = GammaController(gamma=start, k_max=cap, k_limit=16, window=2, allow_off=False)
     rng = random.Random(0)
     for _ in range(40):
         ctl.observe(_prompt(rng, ctl.gamma, ctl.k_max, head))
@@ -113,6 +122,55 @@ def test_does_not_drift_down_from_the_fastest_setting(monkeypatch):
     assert rate(0.7, 16) >= 0.99 * best
     # Moving on each window's best replay averaged 0.983 of the best here (seeds 0-5); this rule 0.992.
     assert sum(means) / len(means) >= 0.988 * best, [round(m / best, 3) for m in means]
+    assert rate(0.7, 0) < 0.7 * best  # drafting off is allowed here, and far slower
+
+
+def test_turns_drafting_off_where_plain_steps_are_faster():
+    # Expensive drafting (a call costs a third of a verification): the best drafting setting runs
+    # ~14 % slower than the target alone, whatever the head.
+    rate = functools.lru_cache(maxsize=None)(lambda g, c: _true_rate(g, c, "calibrated"))
+    ctl = GammaController(gamma=0.5, k_max=16, window=2)
+    best_drafting = max(rate(g, c) for g in ctl.gammas for c in ctl.caps)
+    assert rate(0.5, 0) > 1.1 * best_drafting
+    rng = random.Random(0)
+    for _ in range(40):
+        ctl.observe(_prompt(rng, ctl.gamma, ctl.k_max, "calibrated"))
+    settled = [h for h in ctl.history[-10:] if not h["probe"]]
+    assert settled and all(h["k_max"] == 0 for h in settled), settled
+    # Probes keep checking, at the fastest drafting setting of the windows that turned drafting off;
+    # they cost a little of the plain speed.
+    probes = [(h["gamma"], h["k_max"]) for h in ctl.history[-10:] if h["probe"]]
+    assert probes and all(p == ctl._resume and p[1] >= 1 for p in probes), (probes, ctl._resume)
+    tail = [rate(h["gamma"], h["k_max"]) for h in ctl.history[-10:]]
+    assert sum(tail) / len(tail) >= 0.95 * rate(0.5, 0)
+    cfg = SimpleNamespace()
+    ctl.configure(cfg)
+    assert (cfg.speculate, cfg.max_draft_len) == (ctl.k_max > 0, max(1, ctl.k_max))
+    # Without allow_off it stays within [1, K_max].
+    ctl = GammaController(gamma=0.5, k_max=16, window=2, allow_off=False)
+    for _ in range(40):
+        ctl.observe(_prompt(rng, ctl.gamma, ctl.k_max, "calibrated"))
+        assert ctl.k_max >= 1
+
+
+def test_turns_drafting_back_on_when_drafting_pays_again(monkeypatch):
+    # The drafter keeps training: a stream where drafting lost becomes one where it wins (cheap
+    # drafting, the world of test_does_not_drift_down...). Probes from "off" climb back.
+    ctl = GammaController(gamma=0.5, k_max=16, window=2)
+    rng = random.Random(1)
+    for _ in range(30):
+        ctl.observe(_prompt(rng, ctl.gamma, ctl.k_max, "calibrated"))
+    assert ctl._cur[1] == 0
+    monkeypatch.setattr(sys.modules[__name__], "DRAFT_S", 0.1e-3)
+    monkeypatch.setattr(sys.modules[__name__], "PER_TOKEN_S", 0.15e-3)
+    rate = functools.lru_cache(maxsize=None)(lambda g, c: _true_rate(g, c, "calibrated"))
+    best = max(rate(g, c) for g in ctl.gammas for c in ctl.caps)
+    for _ in range(50):
+        ctl.observe(_prompt(rng, ctl.gamma, ctl.k_max, "calibrated"))
+    settled = [h for h in ctl.history[-6:] if not h["probe"]]
+    assert settled and all(h["k_max"] >= 1 for h in settled), ctl.history[-12:]
+    tail = [rate(h["gamma"], h["k_max"]) for h in ctl.history[-6:]]
+    assert sum(tail) / len(tail) >= 0.9 * best, (tail, best)
 
 
 def test_replay_needs_a_trace_and_is_deterministic():
@@ -127,11 +185,11 @@ def test_replay_needs_a_trace_and_is_deterministic():
     assert a.history == b.history and len(a.history) == 3
     cfg = SimpleNamespace(gamma=None, max_draft_len=None)
     a.configure(cfg)
-    assert (cfg.gamma, cfg.max_draft_len) == (a.gamma, a.k_max)
+    assert (cfg.gamma, cfg.max_draft_len, cfg.speculate) == (a.gamma, max(1, a.k_max), a.k_max > 0)
 
 
 def test_never_drafts_longer_than_its_k_limit():
-    ctl = GammaController(gamma=0.9, k_max=2, k_limit=4, window=1, explore_every=1)
+    ctl = GammaController(gamma=0.9, k_max=2, k_limit=4, window=1, explore_every=1, allow_off=False)
     rng = random.Random(3)
     for _ in range(10):
         ctl.observe(_prompt(rng, ctl.gamma, ctl.k_max, "calibrated"))
