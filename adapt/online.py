@@ -149,7 +149,8 @@ class OnlineAdapter:
         if cfg.tune_gamma and self.dcfg.adaptive:
             from omnidraft.runtime.gamma import GammaController
 
-            self.gamma_ctl = GammaController(gamma=cfg.gamma, k_max=cfg.max_draft_len)
+            # Drafting stays on here: the drafter and its head learn from the rounds they draft.
+            self.gamma_ctl = GammaController(gamma=cfg.gamma, k_max=cfg.max_draft_len, allow_off=False)
         if cfg.train_head:
             from .head import HeadCollector, HeadTrainer, initial_head
 

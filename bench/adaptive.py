@@ -7,7 +7,9 @@ variant's drafter). Then, timed in lockstep on held-out test prompts (see bench/
 target-only, fixed K for every K of the sweep, and adaptive drafting per variant, gamma and K_max
 starting from --gamma and --max-draft-len and tuned online. (The pass's own controller tunes for
 the pass, which drafts with the eager drafter at ~5x the exported drafter's cost per call; its
-final setting is reported, not carried over.) Every row starts from a copy of the
+final setting is reported, not carried over.) The tuned controller may turn drafting off for a
+window where plain target steps replay faster than any draft (runtime/gamma.py; ``--always-draft``
+keeps K within [1, K_max]); each row reports how many test prompts ran so. Every row starts from a copy of the
 n-gram cache the pass built. Writes adaptive.json, adaptive.md, calibration.png (predicted vs
 observed acceptance of the target tokens the heads proposed on the test prompts) and
 adaptive_tokens_per_s.png.
@@ -43,6 +45,7 @@ class AdaptiveSettings:
     loss: str = "none"            # "none": head only | "hybrid" | "dm": distil the drafter as well
     gamma: float = 0.5
     tune_gamma: bool = True
+    allow_off: bool = True        # the tuned controller may turn drafting off (runtime/gamma.py)
     max_draft_len: int = 16
     every: int = 8
     head_steps: int = 8
@@ -226,7 +229,8 @@ class AdaptiveBench:
             cal[label] = ([], [])
             # From --gamma and K_max, not where the pass's controller ended: the pass drafts with the
             # eager drafter (a call costs ~5x the exported one's), so its tuned setting is biased short.
-            ctls[label] = (GammaController(gamma=s.gamma, k_max=s.max_draft_len) if s.tune_gamma else None)
+            ctls[label] = (GammaController(gamma=s.gamma, k_max=s.max_draft_len, allow_off=s.allow_off)
+                           if s.tune_gamma else None)
 
             def collect(out, store=cal[label]) -> None:
                 pr, ob = _observed(out)
@@ -260,6 +264,9 @@ class AdaptiveBench:
                 row["gamma_final"] = round(ctl.gamma, 4) if ctl else s.gamma
                 row["k_max_final"] = ctl.k_max if ctl else s.max_draft_len
                 row["gamma_history"] = ctl.history if ctl else []
+                # Where plain target steps replayed faster than any draft, the controller turns drafting off
+                # for a window at a time (runtime/gamma.py); how many test prompts ran that way.
+                row["prompts_without_drafting"] = sum(ctl.window for h in ctl.history if h["k_max_was"] == 0) if ctl else 0
                 row["calibration"] = calibration(np.asarray(pr, np.float32), np.asarray(ob, np.float32))
                 variant = job.name.split("(")[1].rstrip(")")
                 self.calibration.setdefault(name, {})[f"{variant}, test prompts"] = row["calibration"]
@@ -348,7 +355,8 @@ def markdown(report: dict) -> str:
     s = report["meta"]["settings"]
     parts.append(f"backend {s['backend']}, {s['max_new_tokens']} new tokens per prompt, head loss "
                  f"{'head only (drafter frozen)' if s['loss'] == 'none' else s['loss'] + ' distillation + head'}, "
-                 f"gamma from {s['gamma']} and K_max {s['max_draft_len']}{', both tuned online' if s['tune_gamma'] else ''}; "
+                 f"gamma from {s['gamma']} and K_max {s['max_draft_len']}{', both tuned online' if s['tune_gamma'] else ''}"
+                 f"{'' if not s['tune_gamma'] else ', drafting may be turned off' if s.get('allow_off', True) else ', always drafting'}; "
                  "timed in lockstep.")
     for st in report["streams"]:
         parts += ["", f"## {st['stream']} ({st['test_prompts']} test prompts, heads trained on {st['train_prompts']} "
@@ -357,13 +365,15 @@ def markdown(report: dict) -> str:
                  "calls": f(r["drafter_calls_per_step"], "{:.2f}"), "tps": f(r["tokens_per_s"], "{:.1f}"),
                  "spd": f(r["speedup"], "{:.2f}x"), "vs": f(r.get("vs_best_fixed"), "{:+.1%}"),
                  "dspd": f(r.get("decode_speedup"), "{:.2f}x"), "dvs": f(r.get("vs_best_fixed_decode"), "{:+.1%}"),
-                 "g": f(r.get("gamma_final"), "{:.2f}") + (f" / {r['k_max_final']}" if r.get("k_max_final") else ""),
+                 "g": f(r.get("gamma_final"), "{:.2f}") + ("" if r.get("k_max_final") is None else
+                                                          f" / {r['k_max_final'] or 'off'}"),
+                 "off": "–" if "prompts_without_drafting" not in r else str(r["prompts_without_drafting"]),
                  "same": f(r["outputs_match_target_only"])} for r in st["rows"]]
         parts.append(markdown_table(rows, [("m", "method"), ("acc", "acceptance"), ("tpc", "tokens/target call"),
                                            ("calls", "drafter calls/target call"), ("tps", "tok/s"),
                                            ("spd", "speedup"), ("vs", "vs best fixed K"),
                                            ("dspd", "decode speedup"), ("dvs", "decode vs best fixed K"),
-                                           ("g", "final gamma / K_max"),
+                                           ("g", "final gamma / K_max"), ("off", "prompts decoded without drafting"),
                                            ("same", "same output as target-only")]))
     parts += ["", "## Checks (issue #6)", ""]
     for c in report["checks"]:

@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "weights) | hybrid | dm (distil the drafter too; fixed-K rows then run on each variant's drafter)")
     p.add_argument("--gamma", type=float, default=0.5, help="initial stopping threshold in (0, 1)")
     p.add_argument("--fixed-gamma", action="store_true", help="keep gamma and K_max fixed instead of tuning them online")
+    p.add_argument("--always-draft", action="store_true",
+                   help="keep K within [1, K_max]: never turn drafting off, even where the target alone is faster")
     p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX")
     p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update")
     p.add_argument("--head-lr", type=float, default=1e-2)
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     s = AdaptiveSettings(pair=args.pair, streams=_csv(args.streams), backend=args.backend, prompts=args.prompts,
                          train_prompts=args.train_prompts, max_new_tokens=args.max_new_tokens, ks=ks,
                          variants=_csv(args.variants), loss=args.loss, gamma=args.gamma, tune_gamma=not args.fixed_gamma,
+                         allow_off=not args.always_draft,
                          max_draft_len=args.max_draft_len, every=args.every, head_steps=args.head_steps,
                          head_lr=args.head_lr, max_seq_len=args.max_seq_len,
                          threads=args.threads or None, out=args.out)
