@@ -42,9 +42,11 @@ steps). Where the drafter is rarely right (math on the bundled pair: acceptance 
 draft length is slower than the target alone (K=1 ran 0.73x target-only), so the stopping rule,
 which always drafts at least one token, cannot help. The replay prices a plain step from the same
 verification fit (one fed token) plus the loop overhead measured on plain prompts (on 32 text
-prompts it replayed 231 tok/s where target-only measured 249: slightly pessimistic). The move needs
-the same pooled, consistent evidence as any other, and must beat every drafting setting pooled,
-not only the kept one, by the margin. While off, prompts decode with the target
+prompts it replayed 231 tok/s where target-only measured 249: slightly pessimistic). Turning off
+is judged apart from the other moves: per window, the plain-step replay against that window's
+fastest drafting setting (the max over all of them, which favours drafting), pooled over at least
+``off_windows`` (5) windows that drafting moves do not reset, consistently faster and by
+``off_margin`` (10 %). While off, prompts decode with the target
 alone, and the usual probes try again the fastest drafting setting of the windows that turned it
 off, so a stream that becomes predictable (the drafter keeps training) turns drafting back on.
 ``allow_off=False`` keeps K within [1, K_max].
@@ -100,6 +102,19 @@ def _replay(r: dict, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, 
     return min(tokens, got), drafts
 
 
+def _pooled(wins: list[tuple[float, float, float, float]], min_windows: int) -> tuple[float, bool]:
+    """(pooled speed ratio of a candidate to its reference, whether the per-window log ratio is
+    consistently above zero: mean two standard errors up) over ``wins`` = per window (candidate
+    tokens, seconds, reference tokens, seconds); (0, False) with fewer than ``min_windows``."""
+    if len(wins) < min_windows or any(w[0] <= 0 or w[1] <= 0 or w[2] <= 0 or w[3] <= 0 for w in wins):
+        return 0.0, False
+    ratio = (sum(w[0] for w in wins) / sum(w[1] for w in wins)) / (sum(w[2] for w in wins) / sum(w[3] for w in wins))
+    logs = [math.log((w[0] / w[1]) / (w[2] / w[3])) for w in wins]
+    mean = sum(logs) / len(logs)
+    se = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) / len(logs))
+    return ratio, mean - 2 * se > 0
+
+
 @dataclass
 class GammaController:
     gamma: float = 0.5
@@ -114,6 +129,8 @@ class GammaController:
     min_windows: int = 3          # windows pooled before moving down
     horizon: int = 8              # the most recent windows pooled (the drafter and head keep training)
     allow_off: bool = True        # may turn drafting off (k_max 0) where plain target steps are faster
+    off_margin: float = 0.10      # how much faster (pooled) plain steps must be than every drafting setting
+    off_windows: int = 5          # windows pooled before turning drafting off
     history: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -121,7 +138,7 @@ class GammaController:
             raise InvalidArgument(f"gamma {self.gamma} must lie within [{self.lo}, {self.hi}] for online tuning")
         if self.window < 1 or self.explore_every < 1 or self.max_gap < self.explore_every:
             raise InvalidArgument("gamma tuning needs window >= 1 and 1 <= explore_every <= max_gap")
-        if not (self.margin >= 0 and 2 <= self.min_windows <= self.horizon):
+        if not (self.margin >= 0 and self.off_margin >= 0 and 2 <= self.min_windows <= self.off_windows <= self.horizon):
             raise InvalidArgument(f"gamma tuning needs margin >= 0 and 2 <= min_windows <= horizon "
                                   f"(got {self.margin}, {self.min_windows}, {self.horizon})")
         self.k_limit = self.k_max if self.k_limit is None else self.k_limit
@@ -135,6 +152,9 @@ class GammaController:
         self._since_probe, self._gap = 0, self.explore_every
         self._cur = (self.gamma, self.k_max)       # the setting kept; (gamma, k_max) is what runs next
         self._resume = (self.gamma, 1)             # while off: the drafting setting a probe tries
+        self._off_ratio: float | None = None       # pooled plain / fastest drafting setting, last window
+        self._off_pool: list[tuple[float, float, float, float]] = []  # per window: plain vs its fastest draft
+        self._on_totals: dict[tuple[float, int], list[float]] = {}    # drafting candidates' replayed totals
         # per shorter candidate, per window since the kept setting was chosen: (its replayed tokens,
         # seconds, the kept setting's replayed tokens, seconds)
         self._pool: dict[tuple[float, int], list[tuple[float, float, float, float]]] = {}
@@ -213,12 +233,30 @@ class GammaController:
         tokens = sum(len(r["committed"]) for r in self._rounds)
         return tokens, tokens * (per_call + per_token + other)
 
+    def _note_off(self, replayed: dict, off_key: tuple[float, int]) -> None:
+        """Evidence for turning drafting off, kept apart from the pool (drafting moves do not reset
+        it): each window's plain-step replay against that window's fastest drafting setting."""
+        on = {c: ts for c, ts in replayed.items() if c[1] and ts[1] > 0}
+        if not on:
+            return
+        for c, (t, sec) in on.items():
+            acc = self._on_totals.setdefault(c, [0.0, 0.0])
+            acc[0] += t
+            acc[1] += sec
+        top = max(on, key=lambda c: on[c][0] / on[c][1])
+        self._off_pool.append((*replayed[off_key], *on[top]))
+        del self._off_pool[:-self.horizon]
+
     def _decide(self) -> None:
         ran, cur = (self.gamma, self.k_max), self._cur
+        self._off_ratio = None
         replayed = {c: self._replayed(*c) for c in self._candidates()} if self._rounds else {}
-        if replayed and self.allow_off:
-            replayed[(cur[0], 0)] = self._replayed_off()  # gamma is moot when off; keep the kept one
+        off_key = (cur[0], 0)  # gamma is moot when off; the kept one is kept
+        if replayed and (self.allow_off or cur[1] == 0):
+            replayed[off_key] = self._replayed_off()
         rates = {c: t / s if s > 0 else 0.0 for c, (t, s) in replayed.items()}
+        if replayed and self.allow_off and cur[1]:
+            self._note_off(replayed, off_key)
         moved = False
         if not replayed:
             pass  # a window without drafting: nothing to replay, only the probe schedule moves on
@@ -239,36 +277,27 @@ class GammaController:
             # the stream that setting is 10 % slower; a consistent 7 % moves after min_windows.
             base = replayed[cur]
             for c, ts in replayed.items():
-                if c[0] <= cur[0] + 1e-12 and c[1] <= cur[1] and c != cur:
+                if c[1] and c[0] <= cur[0] + 1e-12 and c[1] <= cur[1] and c != cur:
                     self._pool.setdefault(c, []).append((*ts, *base))
                     del self._pool[c][:-self.horizon]
             best, best_ratio = None, 1.0 + self.margin
-            resume = (cur, 1.0)  # the fastest drafting setting pooled (the kept one included)
-            off = None
             for c, wins in self._pool.items():
-                if len(wins) < self.min_windows or any(w[1] <= 0 or w[3] <= 0 or w[0] <= 0 for w in wins):
-                    continue
-                ratio = (sum(w[0] for w in wins) / sum(w[1] for w in wins)) / (
-                    sum(w[2] for w in wins) / sum(w[3] for w in wins))
-                logs = [math.log((w[0] / w[1]) / (w[2] / w[3])) for w in wins]
-                mean = sum(logs) / len(logs)
-                se = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) / len(logs))
-                if c[1] == 0:
-                    off = ratio if mean - 2 * se > 0 else None
-                    continue
-                if ratio > resume[1]:
-                    resume = (c, ratio)
-                if ratio > best_ratio and mean - 2 * se > 0:
+                ratio, consistent = _pooled(wins, self.min_windows)
+                if ratio > best_ratio and consistent:
                     best, best_ratio = c, ratio
-            # Off must beat every drafting setting by the margin, not only the kept one: on text a
-            # three-token draft ran ~4 % faster than plain steps while the kept, uncapped setting
-            # ran far slower than both, and turning off there cost 6 % (probes included).
-            if off is not None and off > resume[1] * (1.0 + self.margin):
-                best, self._resume = (cur[0], 0), resume[0]
+            off, consistent = _pooled(self._off_pool, self.off_windows)
+            self._off_ratio = off or None
+            if consistent and off > 1.0 + self.off_margin:
+                best = off_key
+                self._resume = max(self._on_totals, key=lambda c: self._on_totals[c][0] / self._on_totals[c][1])
             if best is not None:
                 cur, moved = best, True
         if moved:
             self._pool = {}
+            if cur[1] == 0 or ran[1] == 0:  # turned off, or back on: the evidence for off starts over
+                self._off_pool, self._on_totals = [], {}
+            if cur[1] == 0:
+                self._since_probe = 0  # the first probe back waits its gap, like any other
         self._since_probe += 1
         probing = self._since_probe > self._gap
         g, cap = cur
@@ -290,7 +319,8 @@ class GammaController:
                              "gamma_was": round(ran[0], 4), "k_max_was": ran[1],
                              "best": [round(cur[0], 4), cur[1]],
                              "best_tokens_per_s": round(rates[cur], 3) if cur in rates else None,
-                             "probe": probing, "gamma": round(g, 4), "k_max": cap})
+                             "probe": probing, "gamma": round(g, 4), "k_max": cap,
+                             "off_vs_best_drafting": None if self._off_ratio is None else round(self._off_ratio, 4)})
         self._cur = cur
         self.gamma, self.k_max = g, cap
         self._reset_window()

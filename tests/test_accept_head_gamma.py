@@ -198,7 +198,7 @@ def test_never_drafts_longer_than_its_k_limit():
 
 def test_bad_settings():
     for bad in (dict(gamma=0.0), dict(gamma=0.99), dict(window=0), dict(explore_every=0), dict(k_max=0),
-                dict(explore_every=4, max_gap=2), dict(k_max=8, k_limit=4), dict(margin=-0.1),
+                dict(explore_every=4, max_gap=2), dict(k_max=8, k_limit=4), dict(margin=-0.1), dict(off_margin=-0.1), dict(off_windows=2, min_windows=3), dict(off_windows=9),
                 dict(min_windows=1), dict(min_windows=9, horizon=8)):
         with pytest.raises(InvalidArgument):
             GammaController(**bad)
