@@ -327,8 +327,13 @@ def plot_tokens_per_s(streams: list[dict], path: Path) -> bool:
 
     fig, axes = plt.subplots(1, len(streams), figsize=(4.2 * len(streams), 3.6), squeeze=False)
     for ax, st in zip(axes[0], streams):
-        ks = [r for r in st["rows"] if r["method"].startswith("K=") and "(" not in r["method"]]
-        ax.plot([r["draft_len"] for r in ks], [r["tokens_per_s"] for r in ks], marker="o", label="fixed K")
+        groups: dict[str, list[dict]] = {}  # one line per drafter ("K=3 (joint drafter)": --loss distils each)
+        for r in st["rows"]:
+            if r["method"].startswith("K="):
+                suffix = r["method"].partition(" ")[2]
+                groups.setdefault(f"fixed K {suffix}".strip(), []).append(r)
+        for color, (label, ks) in zip(("C0", "C4", "C5", "C6"), groups.items()):
+            ax.plot([r["draft_len"] for r in ks], [r["tokens_per_s"] for r in ks], marker="o", label=label, color=color)
         for r in st["rows"]:
             if r["method"].startswith("adaptive"):
                 ax.axhline(r["tokens_per_s"], ls="--", lw=1, label=r["method"], color="C1" if "joint" in r["method"] else "C2")
@@ -338,7 +343,7 @@ def plot_tokens_per_s(streams: list[dict], path: Path) -> bool:
         ax.set_xlabel("draft length K")
         ax.set_ylabel("tokens/s")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
