@@ -264,7 +264,9 @@ def record_run(name: str, prompt: str, cfg_kw: dict, drafter, target, drafter_co
     with _record_uniforms(uniforms):
         result = dec.generate(prompt, cfg, trace=True)
     return {
-        "name": name, "prompt": prompt, "config": asdict(cfg),
+        # ``speculate`` is the gamma controller's switch to plain target steps (runtime/gamma.py); the
+        # Java core always drafts, so the record keeps the fields it reads.
+        "name": name, "prompt": prompt, "config": {k: v for k, v in asdict(cfg).items() if k != "speculate"},
         "target_eos": sorted(target_loaded.eos_ids),
         "drafter_width": drafter.vocab_size, "target_width": target.vocab_size,
         "max_seq_len": {"drafter": drafter.max_seq_len, "target": target.max_seq_len},
