@@ -46,10 +46,10 @@ prompts it replayed 231 tok/s where target-only measured 249: slightly pessimist
 is judged apart from the other moves: per window, the plain-step replay against that window's
 fastest drafting setting (the max over all of them, which favours drafting), pooled over at least
 ``off_windows`` (5) windows that drafting moves do not reset, consistently faster and by
-``off_margin`` (10 %). While off, prompts decode with the target
-alone, and the usual probes try again the fastest drafting setting of the windows that turned it
-off, so a stream that becomes predictable (the drafter keeps training) turns drafting back on.
-``allow_off=False`` keeps K within [1, K_max].
+``off_margin`` (10 %). While off, prompts decode with the target alone, and the usual probes try
+again the fastest drafting setting of the windows that turned it off, so a stream that becomes
+predictable (the drafter keeps training) turns drafting back on. ``allow_off=False`` keeps K
+within [1, K_max].
 
 Deterministic given the timings; no clock is read here.
 """
@@ -139,8 +139,9 @@ class GammaController:
         if self.window < 1 or self.explore_every < 1 or self.max_gap < self.explore_every:
             raise InvalidArgument("gamma tuning needs window >= 1 and 1 <= explore_every <= max_gap")
         if not (self.margin >= 0 and self.off_margin >= 0 and 2 <= self.min_windows <= self.off_windows <= self.horizon):
-            raise InvalidArgument(f"gamma tuning needs margin >= 0 and 2 <= min_windows <= horizon "
-                                  f"(got {self.margin}, {self.min_windows}, {self.horizon})")
+            raise InvalidArgument(f"gamma tuning needs margin, off_margin >= 0 and 2 <= min_windows <= off_windows <= "
+                                  f"horizon (got {self.margin}, {self.off_margin}, {self.min_windows}, "
+                                  f"{self.off_windows}, {self.horizon})")
         self.k_limit = self.k_max if self.k_limit is None else self.k_limit
         if not isinstance(self.k_max, int) or not 1 <= self.k_max <= self.k_limit:
             raise InvalidArgument(f"K_max must be within [1, {self.k_limit}] (got {self.k_max})")
@@ -294,10 +295,8 @@ class GammaController:
                 cur, moved = best, True
         if moved:
             self._pool = {}
-            if cur[1] == 0 or ran[1] == 0:  # turned off, or back on: the evidence for off starts over
-                self._off_pool, self._on_totals = [], {}
-            if cur[1] == 0:
-                self._since_probe = 0  # the first probe back waits its gap, like any other
+            if cur[1] == 0:  # turned off: its evidence starts over, and the first probe back waits its gap
+                self._off_pool, self._on_totals, self._since_probe = [], {}, 0
         self._since_probe += 1
         probing = self._since_probe > self._gap
         g, cap = cur
