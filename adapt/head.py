@@ -129,9 +129,11 @@ def labels(rec: HeadRecord, lm_head: torch.nn.Module | None, temperature: float)
 
 
 def head_loss(head: AcceptHead, feats: torch.Tensor, group: torch.Tensor, n_groups: int, label: torch.Tensor,
-              reject_weight: float = REJECT_WEIGHT) -> torch.Tensor:
-    """Weighted BCE on P(target token accepted) = prod sigmoid(z) over its drafter sub-tokens."""
-    logp = torch.zeros(n_groups).index_add(0, group, torch.nn.functional.logsigmoid(head(feats)))
+              reject_weight: float = REJECT_WEIGHT, tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """Weighted BCE on P(target token accepted) = prod sigmoid(z) over its drafter sub-tokens
+    (z includes each drafted token's bias when ``tokens`` is given)."""
+    z = head(feats) if tokens is None else head.logits(feats, tokens)
+    logp = torch.zeros(n_groups).index_add(0, group, torch.nn.functional.logsigmoid(z))
     log1m = torch.log((-torch.expm1(logp)).clamp_min(1e-7))  # log(1 - P), stable for P -> 1
     w = label + reject_weight * (1.0 - label)
     return -(label * logp + reject_weight * (1.0 - label) * log1m).sum() / w.sum().clamp_min(1e-6)
@@ -141,7 +143,13 @@ def head_loss(head: AcceptHead, feats: torch.Tensor, group: torch.Tensor, n_grou
 class HeadTrainer:
     head: AcceptHead
     variant: str = "joint"
-    lr: float = 1e-2               # Adam moves a weight ~lr per step: 1e-3 would need thousands of steps
+    # Adam moves every weight ~lr per step, so the MLP's logit moves ~lr x hidden size x |feature|:
+    # at 1e-2 the bundled pair's code head became confidently wrong on held-out prompts (log loss
+    # 1.6 vs 0.57 for a constant); the output bias is warm-started, so 1e-3 loses no speed of start.
+    lr: float = 1e-3
+    # The per-token biases each see a token's few rounds; they must move by whole units of log-odds
+    # within a short stream (a token's acceptance ranges from ~0.1 to ~0.95).
+    bias_lr: float = 0.1
     reject_weight: float = REJECT_WEIGHT
     steps: int = 8                 # head steps per joint update / per interleaved prompt
     replay: int = 64               # interleaved: FIFO buffer size in prompts (paper's N)
@@ -154,9 +162,14 @@ class HeadTrainer:
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise InvalidArgument(f"unknown --head-variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
-        if not self.lr > 0 or self.reject_weight <= 0 or min(self.steps, self.replay, self.batch) < 1:
-            raise InvalidArgument("--head-lr and --head-reject-weight must be > 0, head steps/replay/batch >= 1")
-        self.opt = torch.optim.AdamW(self.head.parameters(), lr=self.lr, weight_decay=0.0)
+        if not (self.lr > 0 and self.bias_lr > 0) or self.reject_weight <= 0 or min(self.steps, self.replay, self.batch) < 1:
+            raise InvalidArgument("--head-lr, the token-bias lr and --head-reject-weight must be > 0, "
+                                  "head steps/replay/batch >= 1")
+        mlp = [p for n, p in self.head.named_parameters() if n != "token_bias"]
+        groups = [{"params": mlp, "lr": self.lr}]
+        if self.head.token_bias is not None:
+            groups.append({"params": [self.head.token_bias], "lr": self.bias_lr})
+        self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
         self.buffer: deque[HeadRecord] = deque(maxlen=self.replay)
         self.rng = np.random.default_rng(self.seed)
         self.warm = False
@@ -180,6 +193,7 @@ class HeadTrainer:
         if not records:
             return None
         feats = torch.cat([r.feats for r in records])
+        tokens = torch.cat([r.tokens for r in records])
         offsets = np.cumsum([0] + [r.size for r in records[:-1]])
         group = torch.cat([r.group + int(o) for r, o in zip(records, offsets)])
         label = torch.cat([labels(r, self.lm_head, self.temperature) for r in records])
@@ -187,7 +201,7 @@ class HeadTrainer:
         value = 0.0
         for _ in range(self.steps):
             self.opt.zero_grad()
-            loss = head_loss(self.head, feats, group, label.numel(), label, self.reject_weight)
+            loss = head_loss(self.head, feats, group, label.numel(), label, self.reject_weight, tokens)
             if not torch.isfinite(loss):
                 break
             loss.backward()
@@ -276,7 +290,7 @@ def initial_head(backend, merged: Path, resumed: bool) -> AcceptHead:
         return load_head(merged)[0]
     if getattr(backend, "head", None) is not None:
         return copy.deepcopy(backend.head)
-    return AcceptHead(int(backend.model.config.hidden_size))
+    return AcceptHead(int(backend.model.config.hidden_size), vocab_size=int(backend.vocab_size))
 
 
 def save_for(trainer: HeadTrainer, drafter_folder, info: dict | None = None) -> None:
@@ -285,7 +299,8 @@ def save_for(trainer: HeadTrainer, drafter_folder, info: dict | None = None) -> 
     from omnidraft.runtime.head_model import save_head
 
     save_head(trainer.head, drafter_folder, drafter_identity(drafter_folder),
-              {**(info or {}), "variant": trainer.variant, "lr": trainer.lr, "reject_weight": trainer.reject_weight,
+              {**(info or {}), "variant": trainer.variant, "lr": trainer.lr, "bias_lr": trainer.bias_lr,
+               "reject_weight": trainer.reject_weight,
                "head_updates": len(trainer.losses)})
 
 

@@ -57,7 +57,8 @@ class AdaptConfig:
     max_draft_len: int = 16
     train_head: bool = False
     head_variant: str = "joint"
-    head_lr: float = 1e-2
+    head_lr: float = 1e-3
+    head_bias_lr: float = 0.1
     head_reject_weight: float = 1.0
     head_steps: int = 8
     head_replay: int = 64
@@ -79,9 +80,9 @@ class AdaptConfig:
 
             if self.head_variant not in VARIANTS:
                 raise InvalidArgument(f"unknown --head-variant {self.head_variant!r}; choose one of {', '.join(VARIANTS)}")
-            if not (self.head_lr > 0 and self.head_reject_weight > 0) or min(self.head_steps, self.head_replay,
+            if not (self.head_lr > 0 and self.head_bias_lr > 0 and self.head_reject_weight > 0) or min(self.head_steps, self.head_replay,
                                                                               self.head_batch) < 1:
-                raise InvalidArgument("--head-lr and --head-reject-weight must be > 0, --head-steps/--head-replay/"
+                raise InvalidArgument("--head-lr, --head-bias-lr and --head-reject-weight must be > 0, --head-steps/--head-replay/"
                                       "--head-batch >= 1")
         for name in ("every", "steps_per_update", "seq_len", "max_new_tokens", "guard_window", "publish_every", "top_k"):
             if getattr(self, name) < 1:
@@ -157,9 +158,10 @@ class OnlineAdapter:
             drf = self.decoder.drafter.backend
             module = initial_head(drf, self.dir / "drafter", self.resumed)
             drf.attach_head(module)
-            self.head = HeadTrainer(module, cfg.head_variant, cfg.head_lr, cfg.head_reject_weight, cfg.head_steps,
-                                    cfg.head_replay, cfg.head_batch, self.dcfg.temperature, cfg.seed,
-                                    lm_head=base.get_output_embeddings())
+            self.head = HeadTrainer(module, cfg.head_variant, lr=cfg.head_lr, bias_lr=cfg.head_bias_lr,
+                                    reject_weight=cfg.head_reject_weight, steps=cfg.head_steps,
+                                    replay=cfg.head_replay, batch=cfg.head_batch, temperature=self.dcfg.temperature,
+                                    seed=cfg.seed, lm_head=base.get_output_embeddings())
             self.head_collector = HeadCollector(drf, self.dcfg.temperature)
         self.initial = self.trainer.snapshot()
         self.initial_cache = self._cache_copy()

@@ -49,7 +49,9 @@ class AdaptiveSettings:
     max_draft_len: int = 16
     every: int = 8
     head_steps: int = 8
-    head_lr: float = 1e-2
+    head_lr: float = 1e-3
+    head_bias_lr: float = 0.1
+    head_replay: int = 64         # interleaved: FIFO replay buffer, in prompts
     max_seq_len: int = 512
     threads: int | None = 1
     out: Path = Path("reports/adaptive")
@@ -71,7 +73,7 @@ class AdaptiveSettings:
             raise InvalidArgument(f"unknown head variant {', '.join(bad) or '(none given)'}; choose from {', '.join(VARIANTS)}")
         if self.loss not in ("none", "hybrid", "dm"):
             raise InvalidArgument(f"unknown --loss {self.loss!r}; choose none, hybrid or dm")
-        for name in ("prompts", "train_prompts", "max_new_tokens", "every", "max_seq_len", "head_steps"):
+        for name in ("prompts", "train_prompts", "max_new_tokens", "every", "max_seq_len", "head_steps", "head_replay"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if not self.ks or min(self.ks) < 1:
@@ -80,8 +82,8 @@ class AdaptiveSettings:
         if self.tune_gamma and not 0.05 <= self.gamma <= 0.95:
             raise InvalidArgument(f"--gamma must be within [0.05, 0.95] when it is tuned online (got {self.gamma}); "
                                   "add --fixed-gamma to keep it fixed")
-        if not self.head_lr > 0:
-            raise InvalidArgument(f"--head-lr must be > 0 (got {self.head_lr})")
+        if not (self.head_lr > 0 and self.head_bias_lr > 0):
+            raise InvalidArgument(f"--head-lr and --head-bias-lr must be > 0 (got {self.head_lr}, {self.head_bias_lr})")
         if self.threads is not None and self.threads < 1:
             raise InvalidArgument(f"--threads must be >= 1 (got {self.threads})")
 
@@ -155,6 +157,7 @@ class AdaptiveBench:
         cfg = AdaptConfig(every=s.every, max_new_tokens=s.max_new_tokens,
                           draft_len="auto", gamma=s.gamma, max_draft_len=s.max_draft_len, train_head=True,
                           head_variant=variant, tune_gamma=s.tune_gamma, head_steps=s.head_steps, head_lr=s.head_lr,
+                          head_bias_lr=s.head_bias_lr, head_replay=s.head_replay,
                           **distill)
         state = s.out / "state" / f"{stream}.{variant}"
         shutil.rmtree(state, ignore_errors=True)  # our own scratch: never resume an earlier run

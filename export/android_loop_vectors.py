@@ -264,9 +264,10 @@ def record_run(name: str, prompt: str, cfg_kw: dict, drafter, target, drafter_co
     with _record_uniforms(uniforms):
         result = dec.generate(prompt, cfg, trace=True)
     return {
-        # ``speculate`` is the gamma controller's switch to plain target steps (runtime/gamma.py); the
-        # Java core always drafts, so the record keeps the fields it reads.
-        "name": name, "prompt": prompt, "config": {k: v for k, v in asdict(cfg).items() if k != "speculate"},
+        # ``speculate`` and ``accept_offsets`` are the gamma controller's (runtime/gamma.py); the Java
+        # core always drafts with a fixed K, so the record keeps the fields it reads.
+        "name": name, "prompt": prompt,
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("speculate", "accept_offsets")},
         "target_eos": sorted(target_loaded.eos_ids),
         "drafter_width": drafter.vocab_size, "target_width": target.vocab_size,
         "max_seq_len": {"drafter": drafter.max_seq_len, "target": target.max_seq_len},

@@ -169,9 +169,15 @@ def _check_head(accept_head: str | Path, fmt: str, info) -> dict:
     if fmt != "onnx":
         raise InvalidArgument("--accept-head needs --format onnx: the ExecuTorch lowerings do not carry an acceptance "
                               "head yet (decode a .pte drafter with a fixed --draft-len K)")
+    from omnidraft.runtime.head_model import load_head
+
     head = read_head(accept_head)
     check_belongs(head, drafter_identity(info.folder), f"the drafter in {info.folder}")
-    return json.loads((head.folder / HEAD_JSON).read_text())
+    meta = json.loads((head.folder / HEAD_JSON).read_text())
+    # The per-token biases are added by the runtime once a token is drafted (the graph cannot know a
+    # sampled token); the manifest carries them so the torch-free ONNX Runtime path can read them.
+    meta["token_bias"] = load_head(head.folder)[0].sparse_token_bias()
+    return meta
 
 
 def _eos_list(eos) -> list[int]:

@@ -27,7 +27,8 @@ from omnidraft.runtime.manifest import sha256_file
 HEAD_JSON = "head.json"
 HEAD_WEIGHTS = "head.safetensors"
 FORMAT = "omnidraft.accept_head"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: no per-token biases
 NO_HEAD_FIX = "export the drafter with --accept-head HEAD, or train one with omnidraft adapt --train-head"
 
 
@@ -52,6 +53,7 @@ class HeadInfo:
     drafter: DrafterIdentity
     weights_sha256: str
     training: dict
+    vocab_size: int = 0          # size of the per-drafter-token bias (0: none)
 
 
 def drafter_identity(folder: str | Path) -> DrafterIdentity:
@@ -92,11 +94,13 @@ def read_head(path: str | Path) -> HeadInfo:
                               "train one with omnidraft adapt --train-head")
     try:
         d = json.loads(meta.read_text())
-        if d.get("format") != FORMAT or d.get("version") != VERSION:
+        if d.get("format") != FORMAT or d.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
         info = HeadInfo(folder, int(d["hidden_size"]), int(d["num_layers"]),
                         DrafterIdentity(str(d["drafter"]["weights_sha256"]), int(d["drafter"]["hidden_size"])),
-                        str(d["weights_sha256"]), dict(d.get("training", {})))
+                        str(d["weights_sha256"]), dict(d.get("training", {})), int(d.get("vocab_size", 0)))
+        if info.vocab_size < 0:
+            raise ValueError(f"vocab_size {info.vocab_size}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise AcceptHeadError(f"{meta} is malformed ({exc}); retrain the head with omnidraft adapt --train-head") from None
     if sha256_file(weights) != info.weights_sha256:
@@ -115,10 +119,28 @@ def check_belongs(info: HeadInfo, drafter: DrafterIdentity, where: str) -> None:
 
 
 def head_json(hidden_size: int, num_layers: int, drafter: DrafterIdentity, weights_sha256: str,
-              training: dict | None = None) -> dict:
+              training: dict | None = None, vocab_size: int = 0) -> dict:
     return {"format": FORMAT, "version": VERSION, "hidden_size": hidden_size, "num_layers": num_layers,
+            "vocab_size": vocab_size,
             "drafter": {"weights_sha256": drafter.weights_sha256, "hidden_size": drafter.hidden_size},
             "weights_file": HEAD_WEIGHTS, "weights_sha256": weights_sha256, "training": training or {}}
+
+
+def token_bias_table(meta: dict, vocab_size: int, where: str) -> dict[int, float]:
+    """The per-drafted-token biases an export's manifest carries beside its in-graph head
+    (``accept_head.token_bias``: {token id: bias}, only the tokens training moved)."""
+    raw = meta.get("token_bias", {})
+    try:
+        table = {int(k): float(v) for k, v in raw.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise AcceptHeadError(f"{where}: accept_head.token_bias is malformed; re-export the drafter with "
+                              "omnidraft export --accept-head HEAD") from None
+    bad = [k for k, v in table.items() if not (0 <= k < vocab_size and math.isfinite(v))]
+    if bad:
+        raise AcceptHeadError(f"{where}: accept_head.token_bias has {len(bad)} entries outside the drafter's "
+                              f"{vocab_size} tokens or not finite (first: {bad[0]}); re-export the drafter with "
+                              "omnidraft export --accept-head HEAD")
+    return table
 
 
 # -- the stopping rule ------------------------------------------------------------------------------

@@ -6,6 +6,14 @@ x + SiLU(Linear(x)) on the drafter's final normed hidden state, then one Linear 
 Row r of the drafter's hidden states is where the drafter's distribution for the *next* token
 comes from, so its acceptance logit is the head's prediction for the token drafted from row r:
 no extra drafter call is needed to decide whether to keep drafting.
+
+Cross-vocabulary addition: a learned bias per drafted drafter token, added to the MLP's logit once
+the token is chosen. Across vocabularies acceptance depends strongly on *which* token was drafted
+(how its translation fits the target's tokenization): on the bundled pair's held-out code prompts
+a per-token acceptance rate ranks acceptances with AUC 0.80 where the hidden-state MLP alone
+reaches 0.60 (models/README.md, session 9), and the drafter's own confidence ranks them backwards
+(0.34: it is surest of whitespace runs the target tokenizes differently). The bias stays outside
+the exported graph, which cannot know a sampled token: the runtime looks it up (accept_head.py).
 """
 
 from __future__ import annotations
@@ -25,9 +33,9 @@ INIT_BIAS = 2.0
 
 
 class AcceptHead(torch.nn.Module):
-    def __init__(self, hidden_size: int, num_layers: int = DEFAULT_LAYERS) -> None:
+    def __init__(self, hidden_size: int, num_layers: int = DEFAULT_LAYERS, vocab_size: int = 0) -> None:
         super().__init__()
-        self.hidden_size, self.num_layers = hidden_size, num_layers
+        self.hidden_size, self.num_layers, self.vocab_size = hidden_size, num_layers, vocab_size
         self.blocks = torch.nn.ModuleList(torch.nn.Linear(hidden_size, hidden_size) for _ in range(num_layers))
         self.out = torch.nn.Linear(hidden_size, 1)
         with torch.no_grad():  # residual blocks start as the identity; the output as a constant prior
@@ -36,13 +44,31 @@ class AcceptHead(torch.nn.Module):
                 b.bias.zero_()
             self.out.weight.normal_(0.0, 0.01)
             self.out.bias.fill_(INIT_BIAS)
+        # vocab_size 0: a head without per-token biases (heads saved before format 2).
+        self.token_bias = torch.nn.Parameter(torch.zeros(vocab_size)) if vocab_size else None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., hidden] -> [...] acceptance logits."""
+        """[..., hidden] -> [...] acceptance logits before the drafted token is known (the graph's part)."""
         x = hidden
         for b in self.blocks:
             x = x + torch.nn.functional.silu(b(x))
         return self.out(x).squeeze(-1)
+
+    def logits(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Acceptance logits of the drafted ``tokens`` (the MLP's logit plus each token's bias)."""
+        z = self.forward(hidden)
+        return z if self.token_bias is None else z + self.token_bias[tokens]
+
+    def bias_of(self, token: int) -> float:
+        return 0.0 if self.token_bias is None else float(self.token_bias.detach()[token])
+
+    def sparse_token_bias(self) -> dict[str, float]:
+        """The biases of tokens training moved (the rest are 0), keyed by token id, for JSON."""
+        if self.token_bias is None:
+            return {}
+        b = self.token_bias.detach()
+        idx = torch.nonzero(b).flatten().tolist()
+        return {str(i): float(b[i]) for i in idx}
 
 
 def save_head(head: AcceptHead, folder: str | Path, drafter: DrafterIdentity, training: dict | None = None) -> Path:
@@ -56,7 +82,7 @@ def save_head(head: AcceptHead, folder: str | Path, drafter: DrafterIdentity, tr
     with atomic_path(folder / HEAD_WEIGHTS) as tmp:
         save_file(state, str(tmp))
     write_json(folder / HEAD_JSON, head_json(head.hidden_size, head.num_layers, drafter,
-                                             sha256_file(folder / HEAD_WEIGHTS), training))
+                                             sha256_file(folder / HEAD_WEIGHTS), training, head.vocab_size))
     return folder
 
 
@@ -67,7 +93,7 @@ def load_head(path: str | Path, drafter: DrafterIdentity | None = None, where: s
     info = read_head(path)
     if drafter is not None:
         check_belongs(info, drafter, where)
-    head = AcceptHead(info.hidden_size, info.num_layers)
+    head = AcceptHead(info.hidden_size, info.num_layers, info.vocab_size)
     try:
         head.load_state_dict(load_file(str(head_folder(path) / HEAD_WEIGHTS)))
     except (RuntimeError, OSError, ValueError) as exc:

@@ -40,6 +40,8 @@ class DecodeConfig:
     max_draft_len: int = 16       # auto: K_max
     splits: bool = True           # ngram mode, greedy: draft unmapped tokens the target spells with several
     speculate: bool = True        # False: plain target steps (runtime.gamma turns drafting off where it loses)
+    # auto: logit offsets per drafted token, learned online from past verifications (runtime.accept_online)
+    accept_offsets: dict[int, float] | None = None
 
     @property
     def uses_splits(self) -> bool:
@@ -258,6 +260,7 @@ class _Run:
             #    tail can no longer become an n-gram); the product over those drafter tokens is then the
             #    product over the merged target tokens.
             mask = dec._draft_mask(cfg.mode, cfg.uses_splits)
+            offsets = cfg.accept_offsets or {}
             ids_q = dctx.ids
             k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
             feed, draft, q_rows, uniforms, log_acc, acc_p = ids_q[drf.cached_len:], [], [], [], 0.0, []
@@ -267,8 +270,6 @@ class _Run:
                 if cfg.adaptive:
                     rows_q, z = drf.forward_with_accept(feed, drf.cached_len)
                     logits = rows_q[-1]
-                    acc_p.append(float(z[-1]))
-                    log_acc += log_sigmoid(acc_p[-1])
                 else:
                     logits = drf.forward(feed, drf.cached_len)[-1]
                 if self.greedy:
@@ -279,6 +280,9 @@ class _Run:
                     d = draw(q, uniforms[-1])
                     q_rows.append(q)
                 draft.append(d)
+                if cfg.adaptive:  # the head's logit for row r, plus the bias of the token drafted from it
+                    acc_p.append(float(z[-1]) + drf.accept_bias(d) + offsets.get(d, 0.0))
+                    log_acc += log_sigmoid(acc_p[-1])
                 feed = [d]
                 t_next = time.perf_counter()
                 call_seconds.append(t_next - t_call)

@@ -25,15 +25,23 @@ PROMPTS = ["def add(a, b):\n    return a + b\n\nprint(", "Question: Tom has 3 ap
            "To be, or not to be, that is the question:", "日本語のテキスト 🙂 café"]
 
 
-def random_head(hidden: int, seed: int = 0) -> AcceptHead:
-    """A head whose predictions vary from token to token (the fresh init is nearly constant)."""
+def random_head(hidden: int, seed: int = 0, vocab_size: int = 0) -> AcceptHead:
+    """A head whose predictions vary from token to token (the fresh init is nearly constant); with
+    ``vocab_size``, every third token gets a bias (the others keep 0, as untrained tokens do)."""
     torch.manual_seed(seed)
-    head = AcceptHead(hidden)
+    head = AcceptHead(hidden, vocab_size=vocab_size)
     with torch.no_grad():
         for p in head.parameters():
             p.normal_(0.0, 0.3)
         head.out.bias.fill_(1.0)
+        if vocab_size:
+            head.token_bias.zero_()
+            head.token_bias[::3] = torch.randn(len(head.token_bias[::3]))
     return head.eval()
+
+
+def _vocab(folder) -> int:
+    return int(json.loads((Path(folder) / "config.json").read_text())["vocab_size"])
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +49,8 @@ def pair(tmp_path_factory, tokenizer_path):
     root = tmp_path_factory.mktemp("accept-head")
     d = make_tiny_model(root / "d", "llama", tokenizer_path("llama-spm"), seed=1, max_pos=256)
     t = make_tiny_model(root / "t", "qwen2", tokenizer_path("gpt-2"), seed=2, max_pos=256)
-    head_dir = save_head(random_head(32), root / "head", drafter_identity(d), {"note": "random test head"})
+    head_dir = save_head(random_head(32, vocab_size=_vocab(d)), root / "head", drafter_identity(d),
+                         {"note": "random test head"})
     return d, t, head_dir, root
 
 
@@ -86,9 +95,12 @@ class _HeadedScript(ScriptedDrafter):
 
     has_accept_head = True
 
-    def __init__(self, script, vocab_size, probs) -> None:
+    def __init__(self, script, vocab_size, probs, biases=None) -> None:
         super().__init__(script, vocab_size)
-        self.probs, self.calls = probs, 0
+        self.probs, self.calls, self.biases = probs, 0, biases or {}
+
+    def accept_bias(self, token):
+        return self.biases.get(token, 0.0)
 
     def forward_with_accept(self, ids, start):
         logits = self.forward(ids, start)
@@ -97,12 +109,12 @@ class _HeadedScript(ScriptedDrafter):
         return logits, np.full(len(ids), math.log(p / (1 - p)), dtype=np.float32)
 
 
-def _scripted(pair, probs, text=" the cat sat on the mat and the dog sat on the log", cache=False):
+def _scripted(pair, probs, text=" the cat sat on the mat and the dog sat on the log", cache=False, biases=None):
     d, t, _, _ = pair
     tgt, drf = load_model(t), load_model(d)
     prompt = "Once upon a time"
     ids = list(drf.codec.start_ids) + drf.codec.encode(prompt + text)
-    fake = _HeadedScript(ids, drf.backend.vocab_size, probs)
+    fake = _HeadedScript(ids, drf.backend.vocab_size, probs, biases)
     ngrams = NgramCache(drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size) if cache else None
     dec = SpeculativeDecoder(tgt, LoadedModel(fake, drf.codec, drf.eos_ids, drf.path, "scripted"), ngrams)
     return dec, prompt, fake
@@ -122,6 +134,25 @@ def test_loop_stops_when_the_product_passes_gamma(pair):
     dec, prompt, _ = _scripted(pair, [0.01])
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.99, mode="dm"), trace=True)
     assert len(out.rounds[0]["draft"]) == 1          # K >= 1 even when the first token is hopeless
+
+
+def test_loop_adds_the_drafted_tokens_bias(pair):
+    """The head's logit comes from the row before the token is known; the drafted token's bias is
+    added once it is chosen, so one hopeless token stops the draft right there."""
+    d, _, _, _ = pair
+    codec = load_model(d).codec
+    third = codec.encode("Once upon a time the cat sat")[-1]  # the draft is " the", " cat", " sat", ...
+    dec, prompt, _ = _scripted(pair, [0.9], biases={third: -12.0})
+    out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, mode="dm"), trace=True)
+    r = out.rounds[0]
+    assert r["draft"][2] == third and len(r["draft"]) == 3
+    assert r["accept_logits"][2] == pytest.approx(math.log(0.9 / 0.1) - 12.0, abs=1e-5)
+    assert r["accept_logits"][0] == pytest.approx(math.log(0.9 / 0.1), abs=1e-5)
+    # The online offsets (runtime/accept_online.py, via the gamma controller) act the same way.
+    dec, prompt, _ = _scripted(pair, [0.9])
+    out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, mode="dm",
+                                            accept_offsets={third: -12.0}), trace=True)
+    assert len(out.rounds[0]["draft"]) == 3
 
 
 def test_loop_does_not_stop_inside_a_merged_ngram(pair):
@@ -152,7 +183,13 @@ def test_head_roundtrip_and_identity(pair, tmp_path):
     head, info = load_head(head_dir, drafter_identity(d))
     assert info.hidden_size == 32 and info.training == {"note": "random test head"}
     x = torch.randn(5, 32)
-    torch.testing.assert_close(head(x), random_head(32)(x))
+    ref = random_head(32, vocab_size=_vocab(d))
+    torch.testing.assert_close(head(x), ref(x))
+    torch.testing.assert_close(head.token_bias, ref.token_bias)
+    tok = torch.tensor([0, 3, 4, 5])
+    torch.testing.assert_close(head.logits(x[:4], tok), ref(x[:4]) + ref.token_bias[tok])
+    assert head.bias_of(4) == 0.0 and head.bias_of(3) == float(ref.token_bias[3]) != 0.0
+    assert set(head.sparse_token_bias()) == {str(i) for i in range(0, _vocab(d), 3) if ref.token_bias[i] != 0}
     other = make_tiny_model(root / "d-other", "llama", d, seed=7, max_pos=256)
     with pytest.raises(AcceptHeadError, match="belongs to another drafter.*train a head for this drafter") as e:
         load_model(other, accept_head=head_dir)
@@ -169,6 +206,29 @@ def test_head_roundtrip_and_identity(pair, tmp_path):
         read_head(tmp_path)
     meta = json.loads((head_dir / "head.json").read_text())
     assert meta["drafter"]["weights_sha256"] == drafter_identity(d).weights_sha256
+    assert meta["version"] == 2 and meta["vocab_size"] == _vocab(d)
+
+
+def test_a_format_1_head_loads_without_token_biases(pair, tmp_path):
+    """Heads saved before the per-token biases (format 1: the MLP only) still load and decode."""
+    from safetensors.torch import save_file
+
+    from omnidraft.runtime.manifest import sha256_file
+
+    d, t, _, _ = pair
+    old = random_head(32, seed=4)
+    save_file({k: v.contiguous() for k, v in old.state_dict().items()}, str(tmp_path / "head.safetensors"))
+    meta = {"format": "omnidraft.accept_head", "version": 1, "hidden_size": 32, "num_layers": 3,
+            "drafter": {"weights_sha256": drafter_identity(d).weights_sha256, "hidden_size": 32},
+            "weights_file": "head.safetensors", "weights_sha256": sha256_file(tmp_path / "head.safetensors"),
+            "training": {}}
+    (tmp_path / "head.json").write_text(json.dumps(meta))
+    head, info = load_head(tmp_path, drafter_identity(d))
+    assert info.vocab_size == 0 and head.token_bias is None and head.bias_of(7) == 0.0
+    drf = load_model(d, accept_head=tmp_path)
+    assert drf.backend.accept_bias(7) == 0.0
+    out = SpeculativeDecoder(load_model(t), drf).generate(PROMPTS[0], DecodeConfig(max_new_tokens=6, draft_len="auto"))
+    assert out.token_ids
 
 
 def test_auto_needs_a_head(pair):
@@ -233,6 +293,10 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
     le, ae = eager.backend.forward_with_accept(ids, 0)
     np.testing.assert_allclose(ao, ae, atol=1e-4)
     np.testing.assert_allclose(lo, le, atol=1e-4)
+    # The per-token biases travel in the manifest (the torch-free path reads them there).
+    assert m.accept_head["token_bias"] == eager.backend.head.sparse_token_bias() != {}
+    for tok in range(12):
+        assert drf.backend.accept_bias(tok) == pytest.approx(eager.backend.accept_bias(tok), abs=1e-7)
     tgt = load_model(t)
     cache = NgramCache(drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size)
     assert _check_greedy(SpeculativeDecoder(tgt, drf, cache)) > 0
@@ -261,6 +325,26 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
                            ort_reference(model, "int8"), _head_reference(head, "int8"), False, "the int8 graph")
     with pytest.raises(InvalidArgument, match="re-export the drafter"):
         load_model(root / "onnx-head", accept_head=head_dir)
+
+
+def test_a_manifest_with_bad_token_biases_is_refused(pair, tmp_path):
+    import shutil
+
+    d, _, head_dir, root = pair
+    from omnidraft.export.pipeline import export_model
+
+    src = root / "onnx-head-bias"
+    if not (src / "manifest.json").is_file():
+        export_model(d, "onnx", "fp32", 96, src, progress=False, accept_head=head_dir)
+    cases = (({"999999999": 1.0}, "outside the drafter's"), ({"5": "x"}, "malformed"), ([1, 2], "malformed"))
+    for i, (bad, why) in enumerate(cases):
+        dst = tmp_path / f"x{i}"
+        shutil.copytree(src, dst)
+        m = json.loads((dst / "manifest.json").read_text())
+        m["accept_head"]["token_bias"] = bad
+        (dst / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(AcceptHeadError, match=f"token_bias.*{why}|{why}.*re-export"):
+            load_model(dst)
 
 
 def test_export_refuses_a_head_of_another_drafter_and_executorch(pair, tmp_path):

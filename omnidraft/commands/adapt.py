@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-variant", default="joint", help="joint (a head step with each drafter update) | "
                    "interleaved (head steps between updates from a FIFO replay buffer)")
     p.add_argument("--tune-gamma", action="store_true", help="auto: tune gamma and K_max online (each prompt replayed at shorter drafts, measured costs)")
-    p.add_argument("--head-lr", type=float, default=1e-2)
+    p.add_argument("--head-lr", type=float, default=1e-3, help="AdamW learning rate of the head's MLP (its logit moves ~lr x hidden size per step)")
+    p.add_argument("--head-bias-lr", type=float, default=0.1, help="AdamW learning rate of the per-drafted-token biases")
     p.add_argument("--head-reject-weight", type=float, default=1.0, help="BCE weight of rejected tokens (SpecDec++: 6)")
     p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update (joint: per drafter update; "
                    "interleaved: per prompt between them)")
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                       guard_margin=args.guard_margin, publish_every=args.publish_every, export_formats=formats,
                       distill_temperature=args.distill_temperature, seed=args.seed, gamma=args.gamma,
                       max_draft_len=args.max_draft_len, train_head=args.train_head, head_variant=args.head_variant,
-                      head_lr=args.head_lr, head_reject_weight=args.head_reject_weight,
+                      head_lr=args.head_lr, head_bias_lr=args.head_bias_lr, head_reject_weight=args.head_reject_weight,
                       tune_gamma=args.tune_gamma, head_steps=args.head_steps, head_replay=args.head_replay,
                       head_batch=args.head_batch, splits=not args.no_splits)
     split = None if args.eval_split in ("none", "") else args.eval_split

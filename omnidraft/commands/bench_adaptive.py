@@ -32,7 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep K within [1, K_max]: never turn drafting off, even where the target alone is faster")
     p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX")
     p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update")
-    p.add_argument("--head-lr", type=float, default=1e-2)
+    p.add_argument("--head-lr", type=float, default=1e-3, help="AdamW learning rate of the head's MLP (its logit moves ~lr x hidden size per step)")
+    p.add_argument("--head-bias-lr", type=float, default=0.1, help="AdamW learning rate of the per-drafted-token biases")
+    p.add_argument("--head-replay", type=int, default=64, metavar="N",
+                   help="interleaved: FIFO replay buffer of the head, in prompts")
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per update (joint head step / replay push)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort exports")
     p.add_argument("--threads", type=int, default=usable_cpus(),
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
                          variants=_csv(args.variants), loss=args.loss, gamma=args.gamma, tune_gamma=not args.fixed_gamma,
                          allow_off=not args.always_draft,
                          max_draft_len=args.max_draft_len, every=args.every, head_steps=args.head_steps,
-                         head_lr=args.head_lr, max_seq_len=args.max_seq_len,
+                         head_lr=args.head_lr, head_bias_lr=args.head_bias_lr,
+                         head_replay=args.head_replay, max_seq_len=args.max_seq_len,
                          threads=args.threads or None, out=args.out)
     report = AdaptiveBench(s).run()
     print((s.out / "adaptive.md").read_text())

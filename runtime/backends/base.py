@@ -40,7 +40,10 @@ class Backend(Protocol):
 # head sets ``has_accept_head = True`` and implements
 #     forward_with_accept(token_ids, start_pos) -> (logits [len, vocab], accept_logits [len])
 # with the same cache semantics as ``forward``; accept_logits[r] is the head's logit that the token
-# drafted from logits row r is accepted. Backends without a head need not define either.
+# drafted from logits row r is accepted, before that token is known; and
+#     accept_bias(token) -> float
+# the head's per-drafted-token bias, which the loop adds once it has chosen the token (the graph
+# cannot know a sampled token). Backends without a head need not define any of these.
 
 def has_accept_head(backend: object) -> bool:
     return bool(getattr(backend, "has_accept_head", False))

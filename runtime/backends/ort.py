@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from omnidraft.errors import ManifestError, ModelFolderError
+from omnidraft.runtime.accept_head import token_bias_table
 from omnidraft.runtime.backends.base import check_forward_args
 from omnidraft.runtime.manifest import Manifest
 
@@ -55,6 +56,8 @@ class OrtBackend:
         # A drafter exported with --accept-head has one more output after the presents (the head
         # runs inside the graph, so adaptive drafting costs no extra call).
         self.has_accept_head = ACCEPT_OUTPUT in self._out_names
+        self._accept_bias = (token_bias_table(manifest.accept_head, self.vocab_size, f"{export_dir}/manifest.json")
+                             if self.has_accept_head else {})
         self._n_past = len(self._past_names)
         self._empty = np.zeros((1, manifest.num_kv_heads, 0, manifest.head_dim), dtype=np.float32)
         self.reset()
@@ -82,6 +85,9 @@ class OrtBackend:
             raise ValueError("ort: this export has no acceptance head")
         out = self._run(token_ids, start_pos)
         return out[0][0], out[-1][0]
+
+    def accept_bias(self, token: int) -> float:
+        return self._accept_bias.get(token, 0.0)
 
     def rollback(self, length: int) -> None:
         if not 0 <= length <= self._len:

@@ -78,6 +78,9 @@ class TorchEagerBackend:
         accept = self.head(hidden)
         return out.logits[0].float().numpy(), accept.numpy().astype(np.float32, copy=False)
 
+    def accept_bias(self, token: int) -> float:
+        return self.head.bias_of(token) if self.head is not None else 0.0
+
     def rollback(self, length: int) -> None:
         if not 0 <= length <= self._len:
             raise ValueError(f"rollback to {length} but the cache holds {self._len}")
