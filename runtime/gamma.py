@@ -34,8 +34,9 @@ Moving up needs a probe, since longer drafts cannot be replayed: now and then a 
 notch longer on both axes, so every setting in between is replayed from it. The probe is compared
 with the kept setting on the same rounds; it is kept if it is not slower (ties cross plateaus where
 a binding cap makes gamma moot), and one that is faster is followed by the next probe at once, so
-a long climb takes a window per notch. One that is not faster doubles the gap before the next (up
-to ``max_gap`` windows).
+a long climb takes a window per notch. (Climbing 1, 2, 4 notches after consecutive wins was
+tried in session 9 and was no faster on the bundled pair: the long probes overshot and lost.)
+One that is not faster doubles the gap before the next (up to ``max_gap`` windows).
 
 Below the shortest draft there is one more setting: no drafting at all (``k_max`` 0, plain target
 steps). Where the drafter is rarely right (math on the bundled pair: acceptance ~0.13) every
@@ -51,6 +52,9 @@ again the fastest drafting setting of the windows that turned it off, so a strea
 predictable (the drafter keeps training) turns drafting back on. ``allow_off=False`` keeps K
 within [1, K_max].
 
+The controller also owns the head's per-drafted-token offsets (runtime/accept_online.py), learned
+from the same traced rounds and handed to the loop by ``configure`` (``token_lr`` 0 turns them off).
+
 Deterministic given the timings; no clock is read here.
 """
 
@@ -62,6 +66,7 @@ from typing import Any
 
 from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.accept_head import log_sigmoid
+from omnidraft.runtime.accept_online import TokenCalibration
 
 GAMMAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 CAPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -131,6 +136,7 @@ class GammaController:
     allow_off: bool = True        # may turn drafting off (k_max 0) where plain target steps are faster
     off_margin: float = 0.10      # how much faster (pooled) plain steps must be than every drafting setting
     off_windows: int = 5          # windows pooled before turning drafting off
+    token_lr: float = 0.5         # per-drafted-token head correction (runtime/accept_online.py); 0: off
     history: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -143,6 +149,7 @@ class GammaController:
                                   f"horizon (got {self.margin}, {self.off_margin}, {self.min_windows}, "
                                   f"{self.off_windows}, {self.horizon})")
         self.k_limit = self.k_max if self.k_limit is None else self.k_limit
+        self.calibration = TokenCalibration(self.token_lr)
         if not isinstance(self.k_max, int) or not 1 <= self.k_max <= self.k_limit:
             raise InvalidArgument(f"K_max must be within [1, {self.k_limit}] (got {self.k_max})")
         self.gammas = sorted({g for g in GAMMAS if self.lo <= g <= self.hi} | {self.lo, self.hi, self.gamma})
@@ -195,6 +202,7 @@ class GammaController:
         if self.k_max:
             self._other += max(0.0, result.stats.decode_seconds - modelled)
         self._rounds.extend(rounds)
+        self.calibration.observe(rounds)
         self._measured[0] += result.stats.new_tokens
         self._measured[1] += result.stats.decode_seconds
         self._n += 1
@@ -326,5 +334,6 @@ class GammaController:
 
     def configure(self, cfg: Any) -> None:
         """Set a DecodeConfig's gamma and K_max to the controller's current choice (K_max 0: decode
-        the next prompts with the target alone, ``speculate`` False)."""
+        the next prompts with the target alone, ``speculate`` False), and the head's per-token offsets."""
         cfg.gamma, cfg.max_draft_len, cfg.speculate = self.gamma, max(1, self.k_max), self.k_max > 0
+        cfg.accept_offsets = dict(self.calibration.offsets) if self.token_lr else None
