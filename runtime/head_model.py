@@ -12,8 +12,9 @@ the token is chosen. Across vocabularies acceptance depends strongly on *which* 
 (how its translation fits the target's tokenization): on the bundled pair's held-out code prompts
 a per-token acceptance rate ranks acceptances with AUC 0.80 where the hidden-state MLP alone
 reaches 0.60 (models/README.md, session 9), and the drafter's own confidence ranks them backwards
-(0.34: it is surest of whitespace runs the target tokenizes differently). The bias stays outside
-the exported graph, which cannot know a sampled token: the runtime looks it up (accept_head.py).
+(0.34; presumably it is surest of tokens the target's tokenizer spells differently, not checked).
+The bias stays outside the exported graph, which cannot know a sampled token: the runtime looks it
+up (accept_head.py).
 """
 
 from __future__ import annotations
