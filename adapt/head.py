@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import log_sigmoid
+from omnidraft.runtime.accept_head import log_sigmoid, observed_targets
 from omnidraft.runtime.head_model import AcceptHead
 
 VARIANTS = ("joint", "interleaved")
@@ -84,15 +84,7 @@ class HeadCollector:
         for rnd, rows in zip(result.rounds, self.rows):
             draft, spans, acc = rnd["draft"], rnd["spans"], rnd["accepted"]
             z = rnd.get("accept_logits") or []
-            n_obs = min(len(spans), len(rows), acc + 1)
-            j = 0
-            while j < n_obs:
-                a, b = spans[j]
-                # A split drafter token proposes several target tokens under one span: one label for
-                # all of them (accepted only if all are), as the stopping rule multiplies per drafter token.
-                e = j + 1
-                while e < len(spans) and spans[e] == (a, b):
-                    e += 1
+            for j, e, a, b, ok in observed_targets(spans, acc, len(rows)):
                 g = len(p_t)
                 for i in range(a, b):
                     feats.append(rec[offset + i])
@@ -100,9 +92,8 @@ class HeadCollector:
                     group.append(g)
                 p_t.append(math.prod(_target_prob(rows[i], rnd["target_ids"][i], self.temperature)
                                      for i in range(j, min(e, len(rows)))))
-                obs.append(1.0 if e <= acc else 0.0)
+                obs.append(1.0 if ok else 0.0)
                 pred.append(math.exp(sum(log_sigmoid(z[i]) for i in range(a, b))) if len(z) >= b else float("nan"))
-                j = e
             offset += len(draft)
         if not p_t:
             return None

@@ -173,6 +173,23 @@ def rejection_prob(log_accept: float) -> float:
     return -math.expm1(log_accept)
 
 
+def observed_targets(spans: list[tuple[int, int]], accepted: int, limit: int | None = None):
+    """The target tokens a verified round observed, as the head is trained and corrected on them:
+    (first, end, a, b, ok) per group of target tokens ``first:end`` proposed by drafter tokens
+    ``a:b``, up to and including the first rejection. A split drafter token proposes several target
+    tokens under one span: one group, accepted only if all of them are (the stopping rule multiplies
+    per drafter token). ``limit`` caps the target tokens looked at."""
+    n = min(len(spans), accepted + 1, len(spans) if limit is None else limit)
+    j = 0
+    while j < n:
+        a, b = spans[j]
+        e = j + 1
+        while e < len(spans) and spans[e] == (a, b):
+            e += 1
+        yield j, e, a, b, e <= accepted
+        j = e
+
+
 def may_stop(spans: list[tuple[int, int]], drafted: int, max_ngram: int) -> bool:
     """May drafting stop after ``drafted`` tokens? Yes where the translated target tokens cover the
     whole draft. Also where the untranslated tail is already as long as the longest cached n-gram:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import log_sigmoid
+from omnidraft.runtime.accept_head import log_sigmoid, observed_targets
 
 
 @dataclass
@@ -36,16 +36,10 @@ class TokenCalibration:
             return
         start = dict(self.offsets)
         for r in rounds:
-            z, spans, draft, acc = r.get("accept_logits") or [], r["spans"], r["draft"], r["accepted"]
-            j = 0
-            while j < min(len(spans), acc + 1):
-                a, b = spans[j]
-                e = j + 1  # a split drafter token proposes several target tokens: one label for all
-                while e < len(spans) and spans[e] == (a, b):
-                    e += 1
+            z, draft = r.get("accept_logits") or [], r["draft"]
+            for _, _, a, b, ok in observed_targets(r["spans"], r["accepted"]):
                 if len(z) >= b:
-                    self._step([draft[i] for i in range(a, b)], [z[i] for i in range(a, b)], e <= acc, start)
-                j = e
+                    self._step(draft[a:b], z[a:b], ok, start)
 
     def _step(self, tokens: list[int], z: list[float], accepted: bool, start: dict[int, float]) -> None:
         # Logits as they would be now: the recorded ones carry the offsets the prompt decoded with.

@@ -330,12 +330,11 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
 def test_a_manifest_with_bad_token_biases_is_refused(pair, tmp_path):
     import shutil
 
-    d, _, head_dir, root = pair
+    d, _, head_dir, _ = pair
     from omnidraft.export.pipeline import export_model
 
-    src = root / "onnx-head-bias"
-    if not (src / "manifest.json").is_file():
-        export_model(d, "onnx", "fp32", 96, src, progress=False, accept_head=head_dir)
+    src = tmp_path / "onnx-head-bias"
+    export_model(d, "onnx", "fp32", 96, src, progress=False, accept_head=head_dir)
     cases = (({"999999999": 1.0}, "outside the drafter's"), ({"5": "x"}, "malformed"), ([1, 2], "malformed"))
     for i, (bad, why) in enumerate(cases):
         dst = tmp_path / f"x{i}"
