@@ -21,7 +21,8 @@ For each decoded (prompt, response) a ``Record`` keeps
 * split positions (our extension, with ``splits``): a drafter token without a direct mapping whose
   bytes are exactly several consecutive target tokens (e.g. a run of spaces the target writes one
   space at a time). The loop proposes it as a split (greedy); its label joins the NLL term, the
-  point-wise likelihood of a multi-token span the target produced, mirroring the n-gram case.
+  point-wise likelihood of a multi-token span the target produced, mirroring the n-gram case, with
+  its own weight (``ng_split``; loss.SPLIT_LAMBDA).
 
 Row ``r`` of the drafter's logits predicts ``ids[r + 1]``; positions below are rows.
 """
@@ -49,6 +50,8 @@ class Record:
     dm_logp: np.ndarray        # float16 [n_dm, K] log p over the intersection
     dm_tail: np.ndarray        # float32 [n_dm] log p of each intersection id outside the top K
     ng_rows: np.ndarray        # int32 [n_ng] logits rows predicting an n-gram sub-token
+    ng_prob: np.ndarray | None = None  # float32 [n_ng] target p(t) (T = 1) of the token each row spells part of
+    ng_split: np.ndarray | None = None  # bool [n_ng] the row's label is a split drafter token (our extension)
     accepted: int = 0
     proposed: int = 0
     topk_mass: float = 0.0     # mean share of the intersection mass the top K hold (for the report)
@@ -60,7 +63,9 @@ class Record:
         return self.accepted / self.proposed if self.proposed else 0.0
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.ids, self.dm_rows, self.dm_idx, self.dm_logp, self.dm_tail, self.ng_rows))
+        arrays = (self.ids, self.dm_rows, self.dm_idx, self.dm_logp, self.dm_tail, self.ng_rows, self.ng_prob,
+                  self.ng_split)
+        return sum(a.nbytes for a in arrays if a is not None)
 
 
 def compact_target(logits: np.ndarray, vocab: VocabMap, k: int = TOP_K,
@@ -83,6 +88,13 @@ def compact_target(logits: np.ndarray, vocab: VocabMap, k: int = TOP_K,
     return top, logp, tail, mass
 
 
+def token_prob(logits: np.ndarray, token: int) -> float:
+    """The target's own probability (temperature 1) of the token it verified: the paper's dynamic lambda."""
+    z = logits.astype(np.float64)
+    z = z - z.max()
+    return float(np.exp(z[token]) / np.exp(z).sum())
+
+
 class Collector:
     """Builds one Record per generation; pass ``on_verified`` to ``SpeculativeDecoder.generate``."""
 
@@ -100,6 +112,7 @@ class Collector:
         self.pos = len(self.dctx.text)
         self.spans: list[tuple[int, int, int]] = []   # target (id, start, end) byte spans
         self.rows: list[tuple[np.ndarray, np.ndarray, float, float]] = []
+        self.probs: list[float] = []  # the target's own p(t) of each verified token (dynamic lambda)
 
     def on_verified(self, tokens: list[int], logits: np.ndarray) -> None:
         # Mirror the loop's reverse translation round by round so the drafter context is the same.
@@ -108,6 +121,7 @@ class Collector:
             self.spans.append((t, self.pos, self.pos + len(b)))
             self.pos += len(b)
             self.rows.append(compact_target(row, self.vocab, self.k, self.temperature))
+            self.probs.append(token_prob(row, t))
         self.dctx.append(b"".join(spelled))
 
     def finish(self, accepted: int = 0, proposed: int = 0) -> Record:
@@ -116,9 +130,9 @@ class Collector:
         ends = starts[1:] + [d.valid_end]
         offset = len(d.prefix)
         by_start = {s: n for n, s in enumerate(starts)}
-        dm_rows, dm_idx, dm_logp, dm_tail, ng_rows, masses = [], [], [], [], [], []
+        dm_rows, dm_idx, dm_logp, dm_tail, ng_rows, ng_prob, ng_split, masses = [], [], [], [], [], [], [], []
         target_ends = {b for _, _, b in self.spans}
-        for (t, a, b), (top, logp, tail, mass) in zip(self.spans, self.rows):
+        for (t, a, b), (top, logp, tail, mass), p_t in zip(self.spans, self.rows, self.probs):
             n = by_start.get(a)
             if n is None or a == b:
                 continue  # boundary inside a drafter token, or a special token with no bytes
@@ -130,6 +144,8 @@ class Collector:
             if ends[m] != b:
                 if self.splits and m == n and ends[n] in target_ends and toks[n] in self.vocab.splits:
                     ng_rows.append(offset + n - 1)  # t opens a split drafter token the target spelled whole
+                    ng_prob.append(p_t)
+                    ng_split.append(True)
                 continue
             mapped = int(self.vocab.d2t[toks[n]])
             if m == n and mapped == t:
@@ -140,6 +156,8 @@ class Collector:
                 masses.append(mass)
             elif m > n:
                 ng_rows.extend(range(offset + n - 1, offset + m))
+                ng_prob.extend([p_t] * (m - n + 1))
+                ng_split.extend([False] * (m - n + 1))
         k = self.k
         return Record(
             prompt=self.prompt, ids=np.asarray(d.ids, dtype=np.int32),
@@ -147,5 +165,6 @@ class Collector:
             dm_idx=np.asarray(dm_idx, dtype=self.idx_dtype).reshape(-1, k),
             dm_logp=np.asarray(dm_logp, dtype=np.float16).reshape(-1, k),
             dm_tail=np.asarray(dm_tail, dtype=np.float32), ng_rows=np.asarray(ng_rows, dtype=np.int32),
+            ng_prob=np.asarray(ng_prob, dtype=np.float32), ng_split=np.asarray(ng_split, dtype=bool),
             accepted=accepted, proposed=proposed, topk_mass=float(np.mean(masses)) if masses else 0.0,
             target_tokens=len(self.spans))

@@ -9,7 +9,7 @@ from tiny_models import make_tiny_model
 
 from omnidraft.adapt.buffer import Collector, Record, compact_target
 from omnidraft.adapt.engine import Trainer, wrap_lora
-from omnidraft.adapt.loss import LAMBDA, hybrid_loss, make_batch
+from omnidraft.adapt.loss import LAMBDA, SPLIT_LAMBDA, hybrid_loss, make_batch
 from omnidraft.runtime.session import open_pair
 from omnidraft.runtime.speculative import DecodeConfig
 
@@ -121,14 +121,22 @@ def test_buffer_positions_align_with_target_tokens(pair):
     n_dm = n_ng = 0
     for prompt in PROMPTS:
         col.start(prompt)
-        res = dec.generate(prompt, DecodeConfig(max_new_tokens=24), on_verified=col.on_verified)
+        probs = []  # the target's own p (T = 1) of each verified token: the dynamic lambda of its n-gram rows
+
+        def on_verified(tokens, rows):
+            probs.extend(_softmax(r.astype(np.float64))[t] for t, r in zip(tokens, rows))
+            col.on_verified(tokens, rows)
+
+        res = dec.generate(prompt, DecodeConfig(max_new_tokens=24), on_verified=on_verified)
         rec = col.finish(res.stats.accepted, res.stats.proposed)
-        assert rec.target_tokens == len(res.token_ids)
+        assert rec.target_tokens == len(res.token_ids) == len(probs)
+        assert rec.ng_prob.shape == rec.ng_rows.shape
         # Target token byte spans, after the prompt.
-        spans, pos = {}, len(prompt.encode())
-        for tid in res.token_ids:
+        spans, prob_at, pos = {}, {}, len(prompt.encode())
+        for tid, pt in zip(res.token_ids, probs):
             b = tc.spell([tid])
             spans[pos] = (tid, pos + len(b))
+            prob_at[pos] = pt
             pos += len(b)
         text = prompt.encode() + tc.spell(res.token_ids)
         # The rebuilt drafter context spells the text (SentencePiece may add one leading space).
@@ -148,9 +156,16 @@ def test_buffer_positions_align_with_target_tokens(pair):
             tid, end = spans[a]
             assert end == b and int(vocab.d2t[rec.ids[r + 1]]) == tid
         rows = rec.ng_rows.tolist()
+        for r, pt in zip(rows, rec.ng_prob):  # each row carries p of the target token it starts or continues
+            a = span(r + 1)[0]
+            while a not in spans:
+                a -= 1
+            assert pt == pytest.approx(prob_at[a], rel=1e-5)
         while rows:  # consecutive rows spell exactly one target token, or one row a whole split
             a, b = span(rows[0] + 1)
             tid, end = spans[a]
+            split = bool(rec.ng_split[len(rec.ng_rows) - len(rows)])
+            assert split == (b > end)
             if b > end:  # a split: one drafter token the target spelled with several tokens
                 assert int(rec.ids[rows[0] + 1]) in vocab.splits
                 while end < b:
@@ -164,6 +179,8 @@ def test_buffer_positions_align_with_target_tokens(pair):
                 b = span(rows[n] + 1)[1]
                 n += 1
             assert b == end and n > 1  # a lone unmapped token (byte-fallback "\\n") is no n-gram
+            first = len(rec.ng_rows) - len(rows)
+            assert not rec.ng_split[first:first + n].any()
             rows = rows[n:]
         assert rec.dm_logp.dtype == np.float16 and rec.dm_idx.shape == (len(rec.dm_rows), 8)
         n_dm += len(rec.dm_rows)
@@ -209,3 +226,17 @@ def test_make_batch_truncates_from_the_left_keeping_rows_aligned():
     assert b.dm_mask[1].sum() == 0
     dm = make_batch([rec], "dm", k=2)
     assert dm.ng_mask.sum() == 0 and dm.lam.item() == 0.0
+    # a split row's NLL weighs SPLIT_LAMBDA, an n-gram row's LAMBDA (both through lam = LAMBDA)
+    rec.ng_split = np.array([True, False])
+    sp = make_batch([rec], "hybrid", k=2, batch_size=2, seq_len=8)
+    assert sp.ng_mask[0, 4].item() * sp.lam.item() == pytest.approx(SPLIT_LAMBDA)
+    assert sp.ng_mask[0, 5].item() * sp.lam.item() == pytest.approx(LAMBDA)
+    rec.ng_split = None
+    # dynamic lambda: each n-gram row weighted by the target's p of its token, lam 1
+    rec.ng_prob = np.array([0.25, 0.5], dtype=np.float32)
+    dyn = make_batch([rec], "hybrid-dynamic", k=2, batch_size=2, seq_len=8)
+    assert dyn.ng_mask[0, 4].item() == 0.25 and dyn.ng_mask[0, 5].item() == 0.5 and dyn.lam.item() == 1.0
+    assert torch.equal(dyn.labels, b.labels) and torch.equal(dyn.dm_mask, b.dm_mask)
+    rec.ng_prob = None
+    with pytest.raises(ValueError, match="ng_prob"):
+        make_batch([rec], "hybrid-dynamic", k=2)

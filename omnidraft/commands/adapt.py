@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--full-ft", action="store_true", help="fine-tune all drafter weights (eager) instead of LoRA")
     p.add_argument("--loss", default="hybrid", help="hybrid (reverse KL on DM tokens + 0.2 NLL on n-grams) | dm | "
-                   "none (drafter frozen; with --train-head, the acceptance head only)")
+                   "hybrid-dynamic (the NLL of each n-gram weighted by the target's p of it instead of 0.2) | none (drafter frozen; with --train-head, the acceptance head only)")
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per drafter update (= batch size)")
     p.add_argument("--steps-per-update", type=int, default=1)
     p.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-4 LoRA, 2e-5 full FT)")
