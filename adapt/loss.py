@@ -16,8 +16,8 @@
 * ``hybrid-dynamic`` (the paper's dynamic-lambda variant, §3.2): lambda = p(t), the target's own
   probability (T = 1) of the verified n-gram token, carried as the weight of each n-gram row in
   ``ng_mask`` with ``lam`` = 1 (split rows too). Measured (64 train / 16 test prompts, full FT, before
-  SPLIT_LAMBDA was raised): text K = 1 0.433 -> 0.565, but math K = 1 0.170 -> 0.126, where the
-  target's numbers are confident and mostly unpredictable; so it is an option, not the default.
+  SPLIT_LAMBDA was raised): text K = 1 0.433 -> 0.565, but math K = 1 0.170 -> 0.126 (math's
+  n-grams are mostly the target's numbers); so it is an option, not the default.
 
 The same module is exported as the ExecuTorch training program and run in eager as the reference.
 """
