@@ -50,7 +50,7 @@ class Record:
     dm_logp: np.ndarray        # float16 [n_dm, K] log p over the intersection
     dm_tail: np.ndarray        # float32 [n_dm] log p of each intersection id outside the top K
     ng_rows: np.ndarray        # int32 [n_ng] logits rows predicting an n-gram sub-token
-    ng_prob: np.ndarray | None = None  # float32 [n_ng] target p(t) (T = 1) of the token each row spells part of
+    ng_prob: np.ndarray | None = None  # float32 [n_ng] target p(t) (T = 1) of each row's token; token_probs only
     ng_split: np.ndarray | None = None  # bool [n_ng] the row's label is a split drafter token (our extension)
     accepted: int = 0
     proposed: int = 0
@@ -99,9 +99,13 @@ class Collector:
     """Builds one Record per generation; pass ``on_verified`` to ``SpeculativeDecoder.generate``."""
 
     def __init__(self, drafter_codec: TokenCodec, target_codec: TokenCodec, vocab: VocabMap,
-                 lookbehind: int = 8, k: int = TOP_K, temperature: float = 1.0, splits: bool = True) -> None:
+                 lookbehind: int = 8, k: int = TOP_K, temperature: float = 1.0, splits: bool = True,
+                 token_probs: bool = False) -> None:
         self.dc, self.tc, self.vocab, self.lookbehind = drafter_codec, target_codec, vocab, lookbehind
         self.splits = splits
+        # p(t) costs one more softmax over the target vocabulary per verified token (0.6 ms against a
+        # ~6 ms target step); only the dynamic-lambda loss reads it.
+        self.token_probs = token_probs
         self.temperature = temperature
         self.k = min(k, vocab.size)
         self.idx_dtype = np.uint16 if vocab.size <= 65535 else np.int32
@@ -121,7 +125,7 @@ class Collector:
             self.spans.append((t, self.pos, self.pos + len(b)))
             self.pos += len(b)
             self.rows.append(compact_target(row, self.vocab, self.k, self.temperature))
-            self.probs.append(token_prob(row, t))
+            self.probs.append(token_prob(row, t) if self.token_probs else 0.0)
         self.dctx.append(b"".join(spelled))
 
     def finish(self, accepted: int = 0, proposed: int = 0) -> Record:
@@ -165,6 +169,7 @@ class Collector:
             dm_idx=np.asarray(dm_idx, dtype=self.idx_dtype).reshape(-1, k),
             dm_logp=np.asarray(dm_logp, dtype=np.float16).reshape(-1, k),
             dm_tail=np.asarray(dm_tail, dtype=np.float32), ng_rows=np.asarray(ng_rows, dtype=np.int32),
-            ng_prob=np.asarray(ng_prob, dtype=np.float32), ng_split=np.asarray(ng_split, dtype=bool),
+            ng_prob=np.asarray(ng_prob, dtype=np.float32) if self.token_probs else None,
+            ng_split=np.asarray(ng_split, dtype=bool),
             accepted=accepted, proposed=proposed, topk_mass=float(np.mean(masses)) if masses else 0.0,
             target_tokens=len(self.spans))

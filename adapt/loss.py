@@ -94,7 +94,7 @@ def make_batch(records: list[Record], loss: str, k: int, batch_size: int | None 
             nrows_t = torch.from_numpy(nrows[keep])
             if loss == "hybrid-dynamic":
                 if r.ng_prob is None or len(r.ng_prob) != len(r.ng_rows):
-                    raise ValueError("hybrid-dynamic needs each record's ng_prob (collected since buffer format 2)")
+                    raise ValueError("hybrid-dynamic needs each record's ng_prob (Collector(token_probs=True))")
                 ng[i, nrows_t] = torch.from_numpy(r.ng_prob[keep].astype(np.float32))
             else:
                 w = np.ones(len(r.ng_rows), dtype=np.float32)

@@ -140,7 +140,8 @@ class OnlineAdapter:
         self.trainer = Trainer(self.model, vocab.drafter_ids, cfg.mode, cfg.loss, cfg.engine, cfg.lr,
                                cfg.every, cfg.seq_len, min(cfg.top_k, vocab.size), pad)
         self.collector = Collector(self.decoder.drafter.codec, self.decoder.target.codec, vocab,
-                                   k=cfg.top_k, temperature=cfg.distill_temperature, splits=cfg.splits)
+                                   k=cfg.top_k, temperature=cfg.distill_temperature, splits=cfg.splits,
+                                   token_probs=cfg.loss == "hybrid-dynamic")
         self.dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, draft_len=cfg.draft_len,
                                  mode="ngram", seed=cfg.seed, gamma=cfg.gamma, max_draft_len=cfg.max_draft_len,
                                  splits=cfg.splits)

@@ -116,7 +116,7 @@ PROMPTS = ["def add(a, b):\n    return a + b\n\nprint(", "Question: Tom has 3 ap
 def test_buffer_positions_align_with_target_tokens(pair):
     d, t = pair
     dec = open_pair(t, d)
-    col = Collector(dec.drafter.codec, dec.target.codec, dec.vocab, k=8)
+    col = Collector(dec.drafter.codec, dec.target.codec, dec.vocab, k=8, token_probs=True)
     dc, tc, vocab = dec.drafter.codec, dec.target.codec, dec.vocab
     n_dm = n_ng = 0
     for prompt in PROMPTS:
