@@ -12,7 +12,7 @@ from omnidraft.models.gguf_tokenizers import cache_dir
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 ROLES = ("drafter", "target")
 # Bump when the exporters change what they produce for the same inputs, so cached exports are rebuilt.
-EXPORT_REVISION = 3
+EXPORT_REVISION = 4
 
 
 def _rebuild_hint(role: str, name: str) -> str:

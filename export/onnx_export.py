@@ -23,6 +23,7 @@ from omnidraft.errors import ExportError
 
 from .hf_model import ModelInfo
 from .parity import Built
+from .row_stable_attention import row_stable_attention
 
 OPSET = 20  # highest the TorchScript exporter emits
 EXPORTER = "torch.onnx (TorchScript, opset 20)"
@@ -79,7 +80,8 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path,
     if head is not None:
         dynamic[ACCEPT_OUTPUT] = {1: "k"}
     try:
-        with warnings.catch_warnings(), torch.no_grad():
+        # Row-stable attention: a verify row must be bit-identical to its decode step (see the module).
+        with warnings.catch_warnings(), torch.no_grad(), row_stable_attention(model):
             warnings.simplefilter("ignore")  # tracer warnings about shape-to-int casts are expected
             torch.onnx.export(_FlatKV(model, info.num_layers, head), (ids, *past), str(path), input_names=inputs,
                               output_names=outputs, dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
@@ -110,6 +112,8 @@ def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len:
     if head is not None:
         fp32_fig["accept_head"] = parity.gate_accept(fp32_backend, sched, model, head, True, "the fp32 ONNX graph")
     if quant == "fp32":
+        fp32_fig["batch_invariance"] = parity.gate_batch_invariance(fp32_backend, sched, max_seq_len,
+                                                                    "the fp32 ONNX graph")
         return parity.Built(inputs, outputs, fp32_fig, EXPORTER)
     ort_quantize(fp32_path, artifact, quant)
     fp32_path.unlink()
@@ -119,6 +123,7 @@ def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len:
     ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
     fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} ONNX graph", threshold)
     fig["fp32_graph_max_abs_diff"] = fp32_fig["max_abs_diff"]
+    fig["batch_invariance"] = parity.gate_batch_invariance(q_backend, sched, max_seq_len, f"the {quant} ONNX graph")
     if head is not None:
         fig["accept_head"] = parity.gate_accept(q_backend, sched, ref_model, _head_reference(head, quant), False,
                                                 f"the {quant} ONNX graph")

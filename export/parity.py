@@ -166,6 +166,50 @@ def gate(steps: dict, ref: tuple[np.ndarray, np.ndarray], fp32_ref: tuple[np.nda
             "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}
 
 
+# Batch invariance. Greedy speculative output equals target-only output only if a k-token verify
+# call gives each row what k one-token decode steps give. A row-stable graph gives the same bits
+# (ORT int8 with row-stable attention: 0.0 on the bundled target); fp32 kernels that take another
+# path for one row differ by float rounding (~1e-5). A graph that is not row-stable behind an
+# activation-rounding kernel jumps by whole rounding steps at some rows (0.03 measured on AVX-512
+# VNNI before export/row_stable_attention.py), which flips near-tied greedy choices.
+VERIFY_DECODE_MAX_ABS_DIFF = 1e-3
+VERIFY_WINDOWS = (2, 3, 4, 5, 6, 8, 4, 3, 2, 5, 7, 4)  # verify sizes, laid end to end after the prefill
+
+
+def measure_batch_invariance(backend, sched: Schedule, max_seq_len: int) -> dict:
+    """Verify windows of several sizes at successive positions, each against as many 1-token calls
+    from the same cache; the worst logit difference."""
+    text = sched.tokens_a + sched.tokens_b
+    ids = (text * (max_seq_len // len(text) + 1))[:max_seq_len]
+    pos, worst, rows = min(8, sched.prefill), 0.0, 0
+    backend.reset()
+    backend.forward(ids[:pos], 0)
+    for m in VERIFY_WINDOWS:
+        if pos + m > len(ids):
+            break
+        together = backend.forward(ids[pos:pos + m], pos)
+        backend.rollback(pos)
+        alone = np.stack([backend.forward([t], pos + i)[0] for i, t in enumerate(ids[pos:pos + m])])
+        worst = max(worst, float(np.abs(together - alone).max()))
+        pos, rows = pos + m, rows + m
+    backend.reset()
+    return {"verify_vs_decode_max_abs_diff": worst, "verify_vs_decode_rows": rows,
+            "threshold_verify_vs_decode": VERIFY_DECODE_MAX_ABS_DIFF,
+            "row_stable": bool(np.isfinite(worst) and worst <= VERIFY_DECODE_MAX_ABS_DIFF)}
+
+
+def gate_batch_invariance(backend, sched: Schedule, max_seq_len: int, what: str) -> dict:
+    """measure_batch_invariance, raising ExportError past VERIFY_DECODE_MAX_ABS_DIFF."""
+    fig = measure_batch_invariance(backend, sched, max_seq_len)
+    if not fig["row_stable"]:
+        raise ExportError(f"parity gate failed: {what} gives different logits for a token verified in a k-token "
+                          f"call than for the same token decoded alone (max |Δ| "
+                          f"{fig['verify_vs_decode_max_abs_diff']:.3g} over {fig['verify_vs_decode_rows']} rows, "
+                          f"limit {VERIFY_DECODE_MAX_ABS_DIFF:g}); speculative output would not equal target-only "
+                          "output — try another --quant (fp32 is row-stable on every CPU tested)")
+    return fig
+
+
 # Acceptance head (issue #6). fp32: the in-graph head computes the eager head's math, so the same
 # 1e-4 logit bar applies. Quantized: the head is held to its quantize-dequantized eager reference in
 # probability space, on the mean and the worst position. The reference rounds weights only, while

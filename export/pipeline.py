@@ -36,6 +36,9 @@ class ExportResult:
             fig = f"max |Δlogit| {p['max_abs_diff']:.2g} vs eager"
         else:
             fig = f"top-1 {p['top1_agreement']:.1%} vs {p['reference']} (max |Δ| {p['max_abs_diff']:.2g})"
+        inv = p.get("batch_invariance")
+        if inv:
+            fig += f"; verify vs decode max |Δ| {inv['verify_vs_decode_max_abs_diff']:.2g}"
         return (f"exported {m.format}/{m.quant} {m.architecture} -> {self.out_dir / m.artifact_file} "
                 f"({size:.1f} MiB) in {self.seconds:.1f} s; parity {fig}")
 

@@ -105,4 +105,7 @@ def _load_export(folder: Path) -> LoadedModel:
     if codec.sha256 != manifest.tokenizer_sha256:
         raise ManifestError(f"the tokenizer in {folder} does not match its manifest; re-export the model")
     eos = set(getattr(manifest, "eos_token_ids", ()) or ()) or set(codec.eos_ids)
-    return LoadedModel(backend, codec, frozenset(eos), folder, manifest.format, {"quant": manifest.quant})
+    # None for exports older than the verify-vs-decode measurement (export/parity.py).
+    row_stable = (manifest.parity.get("batch_invariance") or {}).get("row_stable")
+    return LoadedModel(backend, codec, frozenset(eos), folder, manifest.format,
+                       {"quant": manifest.quant, "row_stable": row_stable})

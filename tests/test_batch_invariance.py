@@ -26,7 +26,10 @@ def target(tmp_path_factory):
 
 @pytest.mark.parametrize("fmt,quant", CASES)
 def test_rows_do_not_depend_on_the_rest_of_the_call(target, tmp_path, fmt, quant):
-    be = load_model(export_model(target, fmt, quant, 64, tmp_path / "x", progress=False).out_dir).backend
+    res = export_model(target, fmt, quant, 64, tmp_path / "x", progress=False)
+    inv = res.manifest.parity["batch_invariance"]  # every export measures it; ONNX ones are gated on it
+    assert inv["verify_vs_decode_rows"] >= 40 and inv["row_stable"] is True, inv
+    be = load_model(res.out_dir).backend
     ids = [int(i) for i in np.random.default_rng(0).integers(0, 50000, size=12)]
     be.reset()
     be.forward(ids[:6], 0)
@@ -35,3 +38,68 @@ def test_rows_do_not_depend_on_the_rest_of_the_call(target, tmp_path, fmt, quant
     alone = np.stack([be.forward([t], 6 + i)[0] for i, t in enumerate(ids[6:])])  # six 1-token calls
     scale = np.abs(alone).max()
     assert np.abs(together - alone).max() <= 1e-4 * max(scale, 1.0), (fmt, quant)
+
+
+def test_int8_verify_rows_are_bit_identical_to_decode_steps(target, tmp_path):
+    """Row-stable attention (export/row_stable_attention.py) keeps every attention product on one
+    kernel, so int8 (activation-rounding MatMulNBits) gives the same bits, not just close ones:
+    a rounding-grid jump anywhere would flip near-tied greedy choices on a trained target."""
+    res = export_model(target, "onnx", "int8", 64, tmp_path / "x", progress=False)
+    assert res.manifest.parity["batch_invariance"]["verify_vs_decode_max_abs_diff"] == 0.0
+    be = load_model(res.out_dir).backend
+    ids = [int(i) for i in np.random.default_rng(1).integers(0, 50000, size=40)]
+    for start, m in ((1, 2), (5, 7), (20, 3), (30, 9)):
+        be.reset()
+        be.forward(ids[:start], 0)
+        together = be.forward(ids[start:start + m], start)
+        be.rollback(start)
+        alone = np.stack([be.forward([t], start + i)[0] for i, t in enumerate(ids[start:start + m])])
+        assert np.array_equal(together, alone), (start, m)
+
+
+class _ShiftedVerify:
+    """A backend whose multi-token calls drift from its 1-token calls, as a graph without row-stable
+    attention does behind int8 activation rounding on AVX-512 VNNI CPUs."""
+
+    def __init__(self, vocab: int = 11, shift: float = 0.03) -> None:
+        self.vocab, self.shift = vocab, shift
+
+    def reset(self) -> None:
+        pass
+
+    def rollback(self, length: int) -> None:
+        pass
+
+    def forward(self, ids, pos):
+        rows = np.stack([np.sin(np.arange(self.vocab) * (t + 1) + pos + i) for i, t in enumerate(ids)]).astype(np.float32)
+        return rows + (self.shift if len(ids) > 1 else 0.0)
+
+
+def test_the_gate_refuses_a_graph_whose_verify_rows_drift():
+    from omnidraft.errors import ExportError
+    from omnidraft.export import parity
+
+    sched = parity.Schedule(prefill=8, tokens_a=list(range(13)), tokens_b=list(range(13)))
+    assert parity.gate_batch_invariance(_ShiftedVerify(shift=0.0), sched, 64, "g")["verify_vs_decode_max_abs_diff"] == 0
+    with pytest.raises(ExportError, match="verified in a k-token call than for the same token decoded alone"):
+        parity.gate_batch_invariance(_ShiftedVerify(), sched, 64, "the int8 ONNX graph")
+
+
+def test_a_pair_with_a_target_that_is_not_row_stable_says_so(monkeypatch, capsys, tmp_path):
+    from types import SimpleNamespace
+
+    from omnidraft.runtime import session
+
+    class Stop(Exception):
+        pass
+
+    def fake_load(path, **kw):
+        if path == tmp_path / "drafter":
+            raise Stop
+        return SimpleNamespace(info={"quant": "8da4w", "row_stable": False})
+
+    monkeypatch.setattr(session, "load_model", fake_load)
+    with pytest.raises(Stop):
+        session.open_pair(tmp_path / "target", tmp_path / "drafter")
+    err = capsys.readouterr().err
+    assert "is not row-stable" in err and "--format onnx or --quant fp32" in err
