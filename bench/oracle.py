@@ -23,7 +23,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from omnidraft.errors import OmnidraftError
+from omnidraft.errors import InvalidArgument, OmnidraftError
 
 NUMBER = re.compile(rb"^ ?\d+$")
 
@@ -91,10 +91,13 @@ def measure(stream: str, prompts: int, max_new_tokens: int, c: float, v: float) 
     from omnidraft.runtime.session import open_pair
     from omnidraft.runtime.speculative import DecodeConfig
 
+    if prompts < 1:
+        raise InvalidArgument(f"--prompts {prompts}: give at least 1")
+    test = load_stream(stream, "test")[:prompts]  # before the export: a wrong stream fails at once
     dec = open_pair(cached_export(BUNDLED / "target", "onnx", "int8", 512, progress=True), None)
     cfg = DecodeConfig(max_new_tokens=max_new_tokens, temperature=0.0, mode="target-only")
     oracle = Oracle()
-    for p in load_stream(stream, "test")[:prompts]:
+    for p in test:
         ids = dec.generate(p.prompt, cfg).token_ids
         score(oracle, p.prompt.encode(), [dec.target.codec.spell([t]) for t in ids], c, v)
     return oracle

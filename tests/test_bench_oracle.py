@@ -32,3 +32,12 @@ def test_numbers_are_matched_whole():
     o = Oracle()
     score(o, b"costs 172 dollars", [b" 72"], c=0.0, v=0.0)
     assert o.numbers_seen_before == 0  # "72" inside "172" is not the number 72
+
+
+@pytest.mark.parametrize("args,expect", [(["--stream", "nope"], "nope"), (["--prompts", "0"], "--prompts 0")])
+def test_bad_arguments_get_one_line_and_exit_1(capsys, args, expect):
+    from omnidraft.bench.oracle import main
+
+    assert main([*args, "--cost-ratio", "0.2", "--verify-cost", "0.2"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("omnidraft.bench.oracle: error:") and expect in err
