@@ -20,6 +20,7 @@ from omnidraft.errors import ExportError, InvalidArgument
 from .hf_model import ModelInfo
 from .parity import Built
 from .recipes import GROUP_SIZE
+from .row_stable_attention import row_stable_attention
 
 INPUTS = ["input_ids", "cache_position"]
 OUTPUTS = ["logits"]
@@ -99,7 +100,8 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
         inputs, outputs, exporter = llm.INPUTS, llm.OUTPUTS, "executorch-llm (custom sdpa + kv-cache ops, XNNPACK)"
     else:
         ref = parity.reference_logits(parity.hf_logits(qmodel), sched) if quantized else fp32_ref
-        export_pte(qmodel, max_seq_len, artifact)
+        with row_stable_attention(qmodel):
+            export_pte(qmodel, max_seq_len, artifact)
         inputs, outputs, exporter = INPUTS, OUTPUTS, "transformers static cache (XNNPACK)"
     on_gate()
     prov = parity.provisional_manifest("executorch", quant, info, max_seq_len, artifact, inputs, outputs)
@@ -107,14 +109,15 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
     steps = parity.run_artifact(backend, sched)
     what = f"the {quant}{'+int8-embedding' if embedding_quant != 'none' else ''} .pte"
     fig = parity.gate(steps, ref, fp32_ref, quant if quantized else "fp32", what, threshold)
-    # Measured, not gated. On the bundled target (AVX-512 VNNI CPU) a row's logits differ between a
-    # k-token call and a 1-token call by ~1e-5 in fp32, and still by ~2e-6 when the 1-token call is
-    # padded to two rows, so the ORT fix (export/row_stable_attention.py) does not carry over; per-token
-    # activation quantization (8da4w) turns such differences into rounding steps now and then (0.06).
+    # Measured, not gated. The static path attends through row-stable attention over the whole cache,
+    # so its rows are bit-identical (8da4w bundled target: 0.0). The LLM path's custom sdpa is not:
+    # on an AVX-512 VNNI CPU its fp32 rows differ by ~1e-5 between a k-token and a 1-token call (still
+    # ~2e-6 with the 1-token call fed as two), and 8da4w's per-token activation rounding turns that
+    # into jumps of 0.06 now and then. The LLM path stays the default: it is ~3x faster per step.
     fig["batch_invariance"] = parity.measure_batch_invariance(backend, sched, max_seq_len)
     if not fig["batch_invariance"]["row_stable"]:
         print(f"note: {what} is not row-stable (verify vs decode max |Δ| "
               f"{fig['batch_invariance']['verify_vs_decode_max_abs_diff']:.2g}): as a target, its speculative "
-              "greedy output can differ from target-only at near-tied tokens; for exact output use "
-              "--quant fp32 or --format onnx", file=sys.stderr)
+              "greedy output can differ from target-only at near-tied tokens; for exact output export the "
+              "target with --et-path static (slower), --quant fp32 or --format onnx", file=sys.stderr)
     return parity.Built(inputs, outputs, fig, exporter, skipped)

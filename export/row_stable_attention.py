@@ -7,13 +7,13 @@ AVX-512 CPUs the two round differently (a few 1e-6 in the attention output). In 
 few 1e-6 in the logits, but int8-compute MatMulNBits (accuracy level 4) rounds every activation to
 an 8-bit grid, so now and then a 1e-6 difference crosses a grid step and the logits move by ~0.03:
 enough to flip a near-tied greedy choice (measured on the bundled target, Intel Xeon with
-AVX-512 VNNI, onnxruntime 1.31; the AMD AVX2 machines of earlier sessions never showed it).
+AVX-512 VNNI, onnxruntime 1.31; on the AVX2 machines of earlier sessions int8 rows agreed to 2e-6).
 
-The fix keeps every attention product on the tiled kernel: one extra query row (a copy of the
-last) goes in with the real ones and is dropped from the output. The tiled kernel computes each
-output element the same way for any row count, and the softmax's masked tail adds exact zeros, so
-a verify row is bit-identical to the decode step it stands for (tests/test_batch_invariance.py).
-The cost is one query row per attention product; the projections, which dominate, are untouched.
+The fix keeps every attention product off the one-row path: one extra query row (a copy of the
+last) goes in with the real ones and is dropped from the output. With it, verify rows of the
+bundled target's int8 ONNX graph, and of its 8da4w ExecuTorch static-cache program, are
+bit-identical to decode steps (tests/test_batch_invariance.py; the export gate measures it on every
+model). The cost is one query row per attention product; the projections are untouched.
 """
 
 from __future__ import annotations

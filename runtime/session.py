@@ -19,7 +19,7 @@ def open_pair(target: Path, drafter: Path | None, cache_path: Path | None = None
     if tgt.info.get("row_stable") is False:
         print(f"note: the target {target} is not row-stable (its manifest's parity.batch_invariance): "
               "speculative greedy output can differ from target-only at near-tied tokens; for exact output "
-              "re-export it with --format onnx or --quant fp32", file=sys.stderr)
+              "re-export it with --format onnx, or --et-path static or --quant fp32 for a .pte", file=sys.stderr)
     drf = load_model(drafter, accept_head=accept_head)
     args = (drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size)
     if cache_path is not None and Path(cache_path).is_file():

@@ -40,11 +40,13 @@ def test_rows_do_not_depend_on_the_rest_of_the_call(target, tmp_path, fmt, quant
     assert np.abs(together - alone).max() <= 1e-4 * max(scale, 1.0), (fmt, quant)
 
 
-def test_int8_verify_rows_are_bit_identical_to_decode_steps(target, tmp_path):
+@pytest.mark.parametrize("fmt,quant,et_path", [("onnx", "int8", "auto"), ("executorch", "8da4w", "static")])
+def test_verify_rows_are_bit_identical_to_decode_steps(target, tmp_path, fmt, quant, et_path):
     """Row-stable attention (export/row_stable_attention.py) keeps every attention product on one
-    kernel, so int8 (activation-rounding MatMulNBits) gives the same bits, not just close ones:
-    a rounding-grid jump anywhere would flip near-tied greedy choices on a trained target."""
-    res = export_model(target, "onnx", "int8", 64, tmp_path / "x", progress=False)
+    kernel, so activation-rounding kernels (ORT int8 MatMulNBits, XNNPACK 8da4w) give the same bits,
+    not just close ones: a rounding-grid jump anywhere would flip near-tied greedy choices on a
+    trained target. ExecuTorch's LLM path (custom sdpa) is not row-stable; its static path is."""
+    res = export_model(target, fmt, quant, 64, tmp_path / "x", et_path=et_path, progress=False)
     assert res.manifest.parity["batch_invariance"]["verify_vs_decode_max_abs_diff"] == 0.0
     be = load_model(res.out_dir).backend
     ids = [int(i) for i in np.random.default_rng(1).integers(0, 50000, size=40)]
@@ -102,4 +104,4 @@ def test_a_pair_with_a_target_that_is_not_row_stable_says_so(monkeypatch, capsys
     with pytest.raises(Stop):
         session.open_pair(tmp_path / "target", tmp_path / "drafter")
     err = capsys.readouterr().err
-    assert "is not row-stable" in err and "--format onnx or --quant fp32" in err
+    assert "is not row-stable" in err and "--format onnx" in err and "--et-path static" in err
