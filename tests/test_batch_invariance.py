@@ -105,3 +105,22 @@ def test_a_pair_with_a_target_that_is_not_row_stable_says_so(monkeypatch, capsys
         session.open_pair(tmp_path / "target", tmp_path / "drafter")
     err = capsys.readouterr().err
     assert "is not row-stable" in err and "--format onnx" in err and "--et-path static" in err
+
+
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_row_stable_attention_without_a_mask_is_bottom_right_causal(q_len):
+    """The padded call has two rows, so the no-mask case must state the causal mask itself: a decode
+    step sees every key, row i of a k-token call sees keys up to kv_len - q_len + i."""
+    import torch
+
+    from omnidraft.export.row_stable_attention import _attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g) for n in (q_len, 5, 5))
+    module = torch.nn.Module()
+    module.is_causal = True
+    got, _ = _attention(module, q, k, v, None, scaling=8 ** -0.5)
+    allowed = torch.arange(5)[None, :] <= torch.arange(q_len)[:, None] + (5 - q_len)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed).transpose(1, 2)
+    assert got.shape == (1, q_len, 2, 8)
+    torch.testing.assert_close(got, want)
