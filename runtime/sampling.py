@@ -20,8 +20,12 @@ def softmax(logits: np.ndarray, temperature: float, mask: np.ndarray | None = No
 
 
 def masked_argmax(logits: np.ndarray, mask: np.ndarray | None = None) -> int:
-    if mask is None:
-        return int(np.argmax(logits))
+    """First index of the largest allowed logit. Usually the unmasked argmax is allowed, and then it
+    is that index (no earlier index reaches the maximum); checking it first skips the masked copy,
+    ~80 of ~90 us per drafter call on a 32k vocabulary."""
+    best = int(np.argmax(logits))
+    if mask is None or mask[best]:
+        return best
     return int(np.argmax(np.where(mask[: logits.shape[-1]], logits, -np.inf)))
 
 

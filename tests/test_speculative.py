@@ -272,3 +272,20 @@ def test_ngram_sampling_is_approximately_lossless(models):
     tv = 0.5 * np.abs(spec - exact).sum()
     print(f"ngram-mode total variation from the target distribution: {tv:.3f}")
     assert tv < 0.15
+
+
+def test_masked_argmax_matches_the_masked_copy_including_ties():
+    """The fast path (unmasked argmax when it is allowed) must pick what argmax over the masked copy
+    picks: the first allowed index of the largest allowed logit."""
+    from omnidraft.runtime.sampling import masked_argmax
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        n = int(rng.integers(2, 50))
+        logits = rng.integers(-3, 3, size=n).astype(np.float32)  # many ties
+        mask = rng.random(n + int(rng.integers(0, 3))) < rng.uniform(0.2, 1.0)  # may be longer than the vocab
+        mask[int(rng.integers(0, n))] = True
+        want = int(np.argmax(np.where(mask[:n], logits, -np.inf)))
+        assert masked_argmax(logits, mask) == want, (logits, mask)
+    assert masked_argmax(np.array([5.0, 1.0, 5.0], np.float32), np.array([False, True, True])) == 2
+    assert masked_argmax(np.array([1.0, 3.0], np.float32)) == 1
