@@ -47,6 +47,9 @@ class BenchSettings:
     sweep_prompts: int = 8        # train prompts for choosing the fixed K (never test prompts; 3 picked K = 3
                                   # for text's hybrid drafter, whose K = 1 ran faster on the test prompts)
     train_prompts: int = 24       # train prompts that pre-collect the cache of spd-dm+ngram_pp
+    # hybrid+adaptive: train prompts its gamma controller is tuned on before the timed row, as the fixed
+    # K rows pick K on train prompts. 16: enough windows (2 prompts each) for it to turn drafting off.
+    tune_prompts: int = 16
     adapt_prompts: int = 64       # train prompts of each adaptation pass (adapted rows; 0 skips them)
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
@@ -74,6 +77,8 @@ def validate(s: BenchSettings) -> None:
     bad = [x for x in s.peers if x not in PEER_GROUPS]
     if bad:
         raise InvalidArgument(f"unknown peer {', '.join(bad)}; choose from {', '.join(PEER_GROUPS)} (or 'none')")
+    if s.tune_prompts < 0:
+        raise InvalidArgument(f"--tune-prompts must be >= 0 (got {s.tune_prompts}); 0 starts hybrid+adaptive untuned")
     for name in ("prompts", "max_new_tokens", "sweep_prompts", "max_seq_len"):
         if getattr(s, name) < 1:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(s, name)})")
@@ -159,6 +164,8 @@ def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun
              if st.steps else None,
              bound=round(bound, 4), bound_ratio=round(r["speedup"] / bound, 4) if r["speedup"] and bound else None,
              ideal=round(ideal, 4), ideal_ratio=round(r["speedup"] / ideal, 4) if r["speedup"] and ideal else None)
+    if not st.proposed:  # hybrid+adaptive with drafting turned off throughout: no draft was judged
+        r.update(acceptance_rate=None, drafter_ms_per_call=None, cost_ratio=None)
     return r
 
 
@@ -240,6 +247,20 @@ class Bench:
                                 "acceptance_rate": round(run.stats.acceptance_rate, 4)})
         return max(s.sweep_ks, key=lambda k: runs[f"K={k}"].tokens_per_s)
 
+    def tune_controller(self, eng: Engine, name: str, train, drafter, ctl, skip: int) -> dict:
+        """Run hybrid+adaptive's controller over train prompts after the ``skip`` the pass trained on
+        (untimed, on a throwaway copy of the pass's cache), so the timed row starts where the controller
+        settles on this backend, drafting off included, as the fixed-K rows start from the swept K."""
+        path = self.adapted.get((name, "hybrid+adaptive"), {}).get("cache")
+        cache = eng.load_cache(Path(path)) if path else eng.new_cache()
+        prompts = self._pick(eng, train[skip:], self.s.tune_prompts)
+        if prompts:
+            job = eng.job("tune", prompts, "ngram", "auto", self.s.max_new_tokens, cache, drafter=drafter,
+                          gamma=ctl.gamma, tune=ctl)
+            interleave([job], len(prompts), f"{name}: tune hybrid+adaptive (train)", self.progress)
+        return {"prompts": len(prompts), "gamma": round(ctl.gamma, 4), "k_max": ctl.k_max,
+                "drafting": "off" if ctl.k_max == 0 else "on"}
+
     def method_rows(self, eng: Engine, name: str, test_prompts) -> _Stream:
         s, be, mnt = self.s, self.s.backend, self.s.max_new_tokens
         prompts = self._pick(eng, test_prompts, s.prompts)
@@ -289,10 +310,12 @@ class Bench:
                 eng.warm_up(self.warm_prompt, drafter)
                 # From --gamma and K_max 16, not the pass's final setting: the pass drafts with the eager
                 # drafter (~5x the exported drafter's cost per call), so its setting is biased short.
-                jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter, gamma=s.gamma,
-                                    tune=GammaController(gamma=s.gamma, k_max=DecodeConfig().max_draft_len)))
+                ctl = GammaController(gamma=s.gamma, k_max=DecodeConfig().max_draft_len)
+                tuning = self.tune_controller(eng, name, train, drafter, ctl, summary["train_prompts"])
+                jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter, gamma=ctl.gamma,
+                                    tune=ctl))
                 kinds[method] = "built during adaptation (train), then online"
-                extra[method] = {"adaptation": summary}
+                extra[method] = {"adaptation": summary, "tuning": tuning}
                 continue
             eng.warm_up(self.warm_prompt, drafter)
             path = self.adapted.get((name, method), {}).get("cache")

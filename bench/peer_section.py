@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from omnidraft.bench.engine import interleave
 from omnidraft.bench.peers import PROMPT_LOOKUP_TOKENS, HFPeers, uag_configs
 from omnidraft.errors import OmnidraftError
+from omnidraft.models.streams import load_stream
 
 if TYPE_CHECKING:
     from omnidraft.bench.bench import Bench, _Stream
@@ -54,7 +55,10 @@ def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
         if not has_accept_head(drafter.backend):
             raise InvalidArgument(f"the {backend} drafter has no acceptance head (ExecuTorch drafters do not carry "
                                   "one yet)")
+        # tuned on the same train prompts as the row, on this backend's own costs
         k, tune = "auto", GammaController(gamma=s.gamma, k_max=16)
+        skip = bench.adapted[(st.name, method)]["summary"]["train_prompts"]
+        bench.tune_controller(eng, st.name, load_stream(st.name, "train"), drafter, tune, skip)
     return [eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
             eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune)]
 

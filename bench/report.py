@@ -26,7 +26,12 @@ def _methods(report: dict) -> str:
         if r.get("status") != "ok":
             rows.append({"stream": r["stream"], "method": r["method"], "status": r["status"]})
             continue
-        rows.append({"stream": r["stream"], "method": r["method"], "k": _f(r.get("draft_len"), "{}"),
+        k = _f(r.get("draft_len"), "{}")
+        if r.get("tuning", {}).get("prompts"):  # hybrid+adaptive: where its controller started the timed row
+            t = r["tuning"]
+            k += f" (from {t['prompts']} train prompts: " + (
+                "drafting off)" if t["drafting"] == "off" else f"γ {t['gamma']:g}, K_max {t['k_max']})")
+        rows.append({"stream": r["stream"], "method": r["method"], "k": k,
                      "acc": _f(r["acceptance_rate"]), "tps": _f(r["tokens_per_step"], "{:.2f}"),
                      "hits": _f(r["ngram_hits_per_step"], "{:.2f}"),
                      "splits": _f(r.get("split_tokens_per_step"), "{:.2f}"), "tok_s": _f(r["tokens_per_s"], "{:.1f}"),

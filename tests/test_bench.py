@@ -333,3 +333,63 @@ def test_sigint_from_outside_exits_cleanly(pair, tmp_path):
     assert doc["interrupted"] is True
     assert all(r["status"] != "ok" or r["prompts"] == 12 for r in doc["rows"])  # cut rows are dropped
     assert [s["draft_len"] for s in doc["sweep"]] == [2, 3]  # the finished sweep is kept
+
+
+def test_adaptive_row_controller_is_tuned_on_train_prompts_after_the_pass(pair, tmp_path):
+    """hybrid+adaptive starts from the controller's state after train prompts the pass did not see, run
+    on a copy of the pass's cache (the row's own copy stays as the pass left it)."""
+    from types import SimpleNamespace
+
+    from omnidraft.adapt.head import AcceptHead
+    from omnidraft.bench.bench import Bench, BenchSettings
+    from omnidraft.runtime.gamma import GammaController
+
+    d, t = pair
+    eng = engine_mod.Engine("torch", d, t, 1)
+    drf = eng.drafter.backend
+    drf.attach_head(AcceptHead(int(drf.model.config.hidden_size), vocab_size=int(drf.vocab_size)))
+    saved = tmp_path / "pass-cache.json"
+    eng.new_cache().save(saved)
+    before = saved.read_bytes()
+    train = [SimpleNamespace(prompt=f"Question: {i} apples and {i + 2} pears. How many?\nAnswer:") for i in range(9)]
+    s = BenchSettings(max_new_tokens=6, sweep_ks=(2,), tune_prompts=6)
+    bench = Bench(s, {}, progress=False)
+    bench.adapted[("math", "hybrid+adaptive")] = {"cache": saved}
+    ctl = GammaController(gamma=0.5, k_max=4)
+    info = bench.tune_controller(eng, "math", train, eng.drafter, ctl, skip=5)
+    assert info["prompts"] == 4  # the 4 train prompts after the pass's 5
+    assert len(ctl.history) == 2  # two windows of 2 prompts were observed
+    assert info == {"prompts": 4, "gamma": round(ctl.gamma, 4), "k_max": ctl.k_max,
+                    "drafting": "off" if ctl.k_max == 0 else "on"}
+    assert saved.read_bytes() == before
+    bench.s.tune_prompts = 0
+    untouched = GammaController(gamma=0.5, k_max=4)
+    assert bench.tune_controller(eng, "math", train, eng.drafter, untouched, skip=5)["prompts"] == 0
+    assert untouched.history == []
+
+
+def test_tune_prompts_must_not_be_negative(pair, tmp_path, capsys):
+    assert main(_argv(pair, tmp_path / "o", "--tune-prompts", "-1")) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["omnidraft bench: error: --tune-prompts must be >= 0 (got -1); 0 starts hybrid+adaptive untuned"]
+
+
+def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
+    from omnidraft.bench.bench import _row
+    from omnidraft.bench.streams_eval import StreamRun
+    from omnidraft.runtime.speculative import DecodeStats
+
+    def run(name, mode, k, **stats):
+        r = StreamRun(name, mode, k)
+        r.stats = DecodeStats(**stats)
+        r.prompts, r.outputs = 2, [[1, 2], [3]]
+        return r
+
+    base = run("target-only", "target-only", 1, steps=3, new_tokens=3, seconds=0.03, target_seconds=0.027)
+    off = run("hybrid+adaptive", "ngram", "auto", steps=3, new_tokens=3, seconds=0.031, target_seconds=0.027)
+    row = _row("math", "hybrid+adaptive", "ort", off, base, None)
+    assert row["acceptance_rate"] is None and row["cost_ratio"] is None and row["drafter_ms_per_call"] is None
+    assert row["tokens_per_step"] == 1.0 and row["outputs_match_target_only"] is True and row["bound"] == 1.0
+    drafted = run("hybrid", "ngram", 2, steps=2, new_tokens=3, proposed=4, accepted=1, drafter_calls=4,
+                  drafter_seconds=0.004, seconds=0.03, target_seconds=0.02)
+    assert _row("math", "hybrid", "ort", drafted, base, None)["acceptance_rate"] == 0.25

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-lens", help="fixed draft lengths K to sweep (default 1,2,3,4,6)")
     p.add_argument("--train-prompts", type=int, help="train prompts that pre-collect the cache of spd-dm+ngram_pp")
     p.add_argument("--adapt-prompts", type=int, help="train prompts of the adaptation pass (adapted rows)")
+    p.add_argument("--tune-prompts", type=int, help="train prompts the hybrid+adaptive row's controller is tuned on "
+                   "before its timed run (default 16; 0 starts it untuned)")
     p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
     p.add_argument("--no-splits", action="store_true", help="translate as the paper does: no split drafter tokens "
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                   threads=args.threads or None)
     s = BenchSettings.quick_settings(args.backend, **common) if args.quick else BenchSettings(backend=args.backend, **common)
     s.gamma = args.gamma
-    for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts"):
+    for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts", "tune_prompts"):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
     if args.draft_lens is not None:
