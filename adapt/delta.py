@@ -35,7 +35,9 @@ VERSION = "1"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 SIDECAR = "omnidraft-adapt.json"
-SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+# token_counts.json ranks the drafter's tokens for `export --draft-vocab`; an adapted drafter keeps the base's.
+SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+              "token_counts.json")
 
 
 # -- identity --------------------------------------------------------------------------------

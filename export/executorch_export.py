@@ -17,6 +17,7 @@ from transformers import GenerationConfig
 
 from omnidraft.errors import ExportError, InvalidArgument
 
+from .draft_vocab import small_logits
 from .hf_model import ModelInfo
 from .parity import Built
 from .recipes import GROUP_SIZE
@@ -53,7 +54,7 @@ def export_pte(model: torch.nn.Module, max_seq_len: int, path: Path) -> None:
 
 
 def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedding_quant: str, et_path: str,
-                     max_seq_len: int, artifact: Path, sched, threshold: float, on_gate) -> Built:
+                     max_seq_len: int, artifact: Path, sched, threshold: float, on_gate, vocab=None) -> Built:
     """Quantize, lower (LLM path where the model fits it, else the static-cache path) and gate.
 
     fp32 artifacts are held to fp32 HF eager; quantized ones to the same quantized module run in
@@ -75,10 +76,17 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
     use_llm = et_path == "llm" or (et_path == "auto" and reason is None)
     if et_path == "auto" and reason:
         print(f"note: using the transformers static-cache path: the LLM path lacks {reason}", file=sys.stderr)
+    if use_llm:
+        qmodel = llm.build_transformer(model, info, max_seq_len)  # from the untrimmed HF weights' names
+    if vocab is not None:  # the same trimmed head on both sides, so the references below are trimmed too
+        from .draft_vocab import trim_head
+
+        trim_head(model, "lm_head", vocab)
+        if use_llm:
+            trim_head(qmodel, "output", vocab)
     fp32_ref = parity.reference_logits(parity.hf_logits(model), sched)
     quantized = quant != "fp32" or embedding_quant != "none"
     if use_llm:
-        qmodel = llm.build_transformer(model, info, max_seq_len)
         # The weight mapping must reproduce HF eager before anything else is judged.
         conv = parity.compare({"prefill": (llm.eager_logits(qmodel)(sched.tokens_a), slice(None), "a")},
                               fp32_ref[0], fp32_ref[1])
@@ -96,15 +104,17 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
     if use_llm:
         qmodel = llm.use_custom_ops(qmodel)
         ref = parity.reference_logits(llm.eager_logits(qmodel), sched) if quantized else fp32_ref
-        llm.export_pte_llm(qmodel, max_seq_len, artifact)
+        with small_logits(qmodel):
+            llm.export_pte_llm(qmodel, max_seq_len, artifact)
         inputs, outputs, exporter = llm.INPUTS, llm.OUTPUTS, "executorch-llm (custom sdpa + kv-cache ops, XNNPACK)"
     else:
         ref = parity.reference_logits(parity.hf_logits(qmodel), sched) if quantized else fp32_ref
-        with row_stable_attention(qmodel):
+        with row_stable_attention(qmodel), small_logits(qmodel):
             export_pte(qmodel, max_seq_len, artifact)
         inputs, outputs, exporter = INPUTS, OUTPUTS, "transformers static cache (XNNPACK)"
     on_gate()
-    prov = parity.provisional_manifest("executorch", quant, info, max_seq_len, artifact, inputs, outputs)
+    prov = parity.provisional_manifest("executorch", quant, info, max_seq_len, artifact, inputs, outputs,
+                                       vocab.manifest_entry() if vocab is not None else None)
     backend = ExecuTorchBackend(artifact.parent, prov)
     steps = parity.run_artifact(backend, sched)
     what = f"the {quant}{'+int8-embedding' if embedding_quant != 'none' else ''} .pte"

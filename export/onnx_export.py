@@ -21,6 +21,7 @@ from transformers import DynamicCache
 
 from omnidraft.errors import ExportError
 
+from .draft_vocab import small_logits
 from .hf_model import ModelInfo
 from .parity import Built
 from .row_stable_attention import row_stable_attention
@@ -81,7 +82,7 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path,
         dynamic[ACCEPT_OUTPUT] = {1: "k"}
     try:
         # Row-stable attention: a verify row must be bit-identical to its decode step (see the module).
-        with warnings.catch_warnings(), torch.no_grad(), row_stable_attention(model):
+        with warnings.catch_warnings(), torch.no_grad(), row_stable_attention(model), small_logits(model):
             warnings.simplefilter("ignore")  # tracer warnings about shape-to-int casts are expected
             torch.onnx.export(_FlatKV(model, info.num_layers, head), (ids, *past), str(path), input_names=inputs,
                               output_names=outputs, dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
@@ -91,9 +92,10 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path,
 
 
 def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len: int, artifact: Path, sched,
-               threshold: float, on_gate, head: torch.nn.Module | None = None) -> Built:
+               threshold: float, on_gate, head: torch.nn.Module | None = None, vocab=None) -> Built:
     """Export (+ quantize) and gate. The fp32 graph is always gated first: quantization starts from it.
-    With an acceptance head, its in-graph output is gated against the eager head on the same schedule."""
+    With an acceptance head, its in-graph output is gated against the eager head on the same schedule.
+    ``vocab`` (a DraftVocab) trims the output layer first, so every reference below is trimmed too."""
     from dataclasses import replace
 
     from omnidraft.runtime.backends.ort import OrtBackend
@@ -101,11 +103,17 @@ def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len:
     from . import parity
     from .quantize import ort_quantize, ort_reference
 
+    if vocab is not None:
+        from .draft_vocab import trim_head
+
+        trim_head(model, "lm_head", vocab)
+
     fp32_path = artifact if quant == "fp32" else artifact.with_name("fp32.onnx")
     inputs, outputs = export_onnx(model, info, fp32_path, head)
     on_gate()
     fp32_ref = parity.reference_logits(parity.hf_logits(model), sched)
-    prov = parity.provisional_manifest("onnx", quant, info, max_seq_len, fp32_path, inputs, outputs)
+    prov = parity.provisional_manifest("onnx", quant, info, max_seq_len, fp32_path, inputs, outputs,
+                                       vocab.manifest_entry() if vocab is not None else None)
     fp32_backend = OrtBackend(fp32_path.parent, prov)
     fp32_steps = parity.run_artifact(fp32_backend, sched)
     fp32_fig = parity.gate(fp32_steps, fp32_ref, fp32_ref, "fp32", "the fp32 ONNX graph", threshold)

@@ -138,10 +138,11 @@ class Built:
     parity: dict
     exporter: str
     skipped_layers: list[str] = field(default_factory=list)
+    pad_single_row: bool = False  # the runtime feeds one-token calls twice (export/onnx_genai.py)
 
 
 def provisional_manifest(fmt: str, quant: str, info, max_seq_len: int, artifact: Path, inputs: list[str],
-                         outputs: list[str]):
+                         outputs: list[str], draft_vocab: dict | None = None):
     """In-memory manifest so the gate runs the artifact through the real runtime backend."""
     from omnidraft.runtime.manifest import Manifest
 
@@ -150,7 +151,7 @@ def provisional_manifest(fmt: str, quant: str, info, max_seq_len: int, artifact:
                     head_dim=info.head_dim, inputs=inputs, outputs=outputs, artifact_file=artifact.name,
                     artifact_sha256="", artifact_bytes=1, tokenizer_file="tokenizer.json", tokenizer_sha256="",
                     source_model_sha256="", exporter_versions={}, eos_token_ids=[], bos_token_id=None,
-                    parity={}, export_command="omnidraft export ...")
+                    parity={}, export_command="omnidraft export ...", draft_vocab=draft_vocab or {})
 
 
 def gate(steps: dict, ref: tuple[np.ndarray, np.ndarray], fp32_ref: tuple[np.ndarray, np.ndarray], quant: str,

@@ -70,22 +70,40 @@ def _prepare_out_dir(out: Path) -> None:
 
 def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, out_dir: str | Path,
                  embedding_quant: str = "none", min_top1: float | None = None, et_path: str = "auto",
-                 progress: bool = True, accept_head: str | Path | None = None) -> ExportResult:
+                 progress: bool = True, accept_head: str | Path | None = None, draft_vocab: int | None = None,
+                 vocab_corpus: str | Path | None = None, onnx_path: str = "auto") -> ExportResult:
     """Export, gate and write. Raises ExportError (nothing is published) if the gate fails.
     ``accept_head``: an acceptance-head folder of this drafter, built into the ONNX graph as the
-    extra output ``accept_logits`` (adaptive drafting, issue #6)."""
+    extra output ``accept_logits`` (adaptive drafting, issue #6). ``draft_vocab``: keep only the
+    drafter's N most frequent tokens in its output layer (export/draft_vocab.py), ranked by the
+    folder's token_counts.json or by ``vocab_corpus``. ``onnx_path``: "genai" (onnxruntime-genai's
+    builder), "torch" (torch.onnx) or "auto" (genai where the model fits it)."""
     t0 = time.perf_counter()
-    recipes.check_choice(fmt, quant, embedding_quant, et_path)
+    recipes.check_choice(fmt, quant, embedding_quant, et_path, onnx_path)
     info = inspect_folder(model_dir)
     head_meta: dict = {}
     if accept_head is not None:
         head_meta = _check_head(accept_head, fmt, info)
+    vocab = None
+    if vocab_corpus is not None and draft_vocab is None:
+        raise InvalidArgument("--vocab-corpus ranks tokens for --draft-vocab N; add --draft-vocab or drop it")
+    if draft_vocab is not None:
+        from .draft_vocab import choose, special_ids
+
+        vocab = choose(info.folder, int(draft_vocab), info.vocab_size,
+                       special_ids(info.folder, info.bos_token_id, info.eos_token_id),
+                       Path(vocab_corpus) if vocab_corpus is not None else None)
     if max_seq_len > info.max_position_embeddings:
         raise InvalidArgument(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
                               f"({info.max_position_embeddings}); use at most that")
     from .parity import check_schedule_fits
 
     check_schedule_fits(max_seq_len)
+    lowering = None
+    if fmt == "onnx":
+        from .onnx_genai import resolve_path
+
+        lowering = resolve_path(onnx_path, info, max_seq_len, trimmed=draft_vocab is not None)
     if fmt == "executorch" and et_path == "llm":  # refuse before minutes of loading and lowering
         from .executorch_llm import unsupported_reason
 
@@ -103,7 +121,10 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
         "--max-seq-len", max_seq_len, "--out", out_dir]
         + (["--embedding-quant", embedding_quant] if embedding_quant != "none" else [])
         + (["--et-path", et_path] if fmt == "executorch" and et_path != "auto" else [])
-        + (["--accept-head", accept_head] if accept_head is not None else []))
+        + (["--onnx-path", onnx_path] if onnx_path != "auto" else [])
+        + (["--accept-head", accept_head] if accept_head is not None else [])
+        + (["--draft-vocab", draft_vocab] if draft_vocab is not None else [])
+        + (["--vocab-corpus", vocab_corpus] if vocab_corpus is not None else []))
 
     from tqdm import tqdm
 
@@ -133,15 +154,21 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
         artifact = staging / recipes.ARTIFACT_FILES[fmt]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # exporter deprecation chatter; real failures raise
-            if fmt == "onnx":
+            if fmt == "onnx" and lowering == "genai":
+                from .onnx_genai import build_genai
+
+                built = build_genai(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2),
+                                    head, vocab)
+            elif fmt == "onnx":
                 from .onnx_export import build_onnx
 
-                built = build_onnx(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head)
+                built = build_onnx(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head,
+                                   vocab)
             else:
                 from .executorch_export import build_executorch
 
                 built = build_executorch(model, info, quant, embedding_quant, et_path, max_seq_len, artifact,
-                                         sched, threshold, lambda: stage(2))
+                                         sched, threshold, lambda: stage(2), vocab)
         stage(3)
         manifest = Manifest(
             format=fmt, quant=quant, embedding_quant=embedding_quant, architecture=info.architecture,
@@ -153,7 +180,8 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
             source_model=str(info.folder.resolve()), source_model_sha256=weights_sha256(info),
             exporter_versions=_versions(), eos_token_ids=_eos_list(info.eos_token_id),
             bos_token_id=info.bos_token_id, parity=built.parity, export_command=command,
-            skipped_layers=built.skipped_layers, exporter=built.exporter, accept_head=head_meta)
+            skipped_layers=built.skipped_layers, exporter=built.exporter, accept_head=head_meta,
+            draft_vocab=vocab.manifest_entry() if vocab is not None else {}, pad_single_row=built.pad_single_row)
         _publish(staging, out, info.folder, manifest)
         bar.n = len(stages)
         bar.set_description("export: done")

@@ -22,7 +22,7 @@ def untie_lm_head(model: torch.nn.Module) -> None:
     if not hasattr(model, "get_output_embeddings"):  # ExecuTorch's Transformer never ties
         return
     head, emb = model.get_output_embeddings(), model.get_input_embeddings()
-    if head is not None and head.weight is emb.weight:
+    if head is not None and getattr(head, "weight", None) is emb.weight:  # a TrimmedHead holds its own rows
         head.weight = torch.nn.Parameter(emb.weight.detach().clone())
         model.config.tie_word_embeddings = False
 
@@ -115,15 +115,16 @@ def _fq_block(w: torch.Tensor, bits: int, block: int = GROUP_SIZE) -> torch.Tens
     return ((wp / s).round().clamp(lo, -lo - 1) * s).reshape(rows, -1)[:, :cols]
 
 
-def ort_reference(model: torch.nn.Module, quant: str) -> torch.nn.Module:
-    """An eager copy computing what the ORT-quantized graph computes, up to kernel rounding."""
+def ort_reference(model: torch.nn.Module, quant: str, embedding: bool = True) -> torch.nn.Module:
+    """An eager copy computing what the ORT-quantized graph computes, up to kernel rounding
+    (``embedding``: int4 quantizes the embedding table too, as ``ort_quantize`` does)."""
     ref = copy.deepcopy(model)
     untie_lm_head(ref)
     with torch.no_grad():
         for m in ref.modules():
             if isinstance(m, torch.nn.Linear):
                 m.weight.copy_(_fq_block(m.weight, 8 if quant == "int8" else 4))
-        if quant == "int4":
+        if quant == "int4" and embedding:
             emb = ref.get_input_embeddings()
             emb.weight.copy_(_fq_block(emb.weight, 4))
     return ref.eval()

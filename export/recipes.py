@@ -18,6 +18,11 @@ EMBEDDING_QUANTS = ("none", "int8")
 # token), "static" = transformers' static-cache wrapper (any architecture transformers exports),
 # "auto" = llm where the model fits it.
 ET_PATHS = ("auto", "llm", "static")
+# ONNX lowering path: "genai" = onnxruntime-genai's model builder (fused ops: bundled drafter step
+# 0.10 vs 0.28 ms, target 1.15 vs 1.79 ms; row-stable with padded one-token calls), "torch" =
+# torch.onnx's trace with row-stable attention (any head size), "auto" = genai where the model fits
+# it. See export/onnx_genai.py.
+ONNX_PATHS = ("auto", "genai", "torch")
 ARTIFACT_FILES = {"onnx": "model.onnx", "executorch": "model.pte"}
 
 # torchao 8da4w groups and ORT MatMulNBits blocks. 32 is the finest group XNNPACK's 4-bit kernel
@@ -41,8 +46,12 @@ MIN_TOP1_AGREEMENT = 0.90
 # Smallest cache that fits the parity schedule (prefill, decode, verify, rollback, verify).
 MIN_MAX_SEQ_LEN = 24
 
+# A drafter folder's token frequencies, the ranking `--draft-vocab N` keeps (export/draft_vocab.py).
+COUNTS_FILE = "token_counts.json"
 
-def check_choice(fmt: str, quant: str, embedding_quant: str = "none", et_path: str = "auto") -> None:
+
+def check_choice(fmt: str, quant: str, embedding_quant: str = "none", et_path: str = "auto",
+                 onnx_path: str = "auto") -> None:
     """Refuse an unknown format / quant / embedding quant, listing the valid values."""
     if fmt not in QUANTS:
         raise InvalidArgument(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
@@ -54,6 +63,10 @@ def check_choice(fmt: str, quant: str, embedding_quant: str = "none", et_path: s
             f"unknown embedding quant {embedding_quant!r}; choose one of: {', '.join(EMBEDDING_QUANTS)}")
     if et_path not in ET_PATHS:
         raise InvalidArgument(f"unknown ExecuTorch path {et_path!r}; choose one of: {', '.join(ET_PATHS)}")
+    if onnx_path not in ONNX_PATHS:
+        raise InvalidArgument(f"unknown ONNX path {onnx_path!r}; choose one of: {', '.join(ONNX_PATHS)}")
+    if onnx_path != "auto" and fmt != "onnx":
+        raise InvalidArgument("--onnx-path applies to --format onnx only; drop it or use --et-path for executorch")
     if embedding_quant != "none" and fmt != "executorch":
         raise InvalidArgument(
             "--embedding-quant applies to --format executorch only (ONNX int4 already quantizes "

@@ -300,11 +300,25 @@ def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: 
         export_hf(model, recipe, tok_path, out_dir, copy_tokenizer=recipe.get("commit_tokenizer", True))
         plot_losses(losses, MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR
                     else work_dir / "loss.png", f"{recipe['name']} training loss")
+        write_token_counts(recipe, out_dir, rows.numpy())
         write_json(out_dir / "loss_curve.json", {
             "recipe": recipe["name"], "losses": losses, "tokens": int(rows.numel()),
             "tokens_per_domain": {k: v * recipe["data"]["seq_len"] for k, v in domain_rows(recipe).items()},
             "train_seconds": round(checkpoint_seconds(ckpt), 1)})
     return losses
+
+
+def write_token_counts(recipe: dict[str, Any], out_dir: Path, rows: np.ndarray | None = None) -> Path:
+    """``token_counts.json``: how often each token occurs in the recipe's training rows, the ranking
+    ``omnidraft export --draft-vocab N`` keeps a drafter's N most frequent tokens by."""
+    from omnidraft.export.draft_vocab import COUNTS_FILE, write_counts
+
+    tokenizer, tok_path = load_tokenizer(recipe["tokenizer"])
+    if rows is None:
+        rows = build_rows(recipe, tokenizer)
+    counts = np.bincount(np.asarray(rows).ravel(), minlength=recipe["model"]["vocab_size"])
+    write_counts(out_dir, counts, tok_path, f"training rows of recipe {recipe['name']}")
+    return out_dir / COUNTS_FILE
 
 
 def install_tokenizers() -> None:
@@ -338,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, help="torch threads (default: the recipe's)")
     ap.add_argument("--install-tokenizers", action="store_true", help="copy converted tokenizers into models/bundled/*")
     ap.add_argument("--export-only", action="store_true", help="export the last checkpoint without training further")
+    ap.add_argument("--count-tokens", action="store_true",
+                    help="only (re)write the bundled folder's token_counts.json from the recipe's training rows")
     args = ap.parse_args(argv)
     from omnidraft.errors import OmnidraftError
 
@@ -348,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.recipe:
             raise InvalidArgument("pass --recipe drafter|target (or --install-tokenizers)")
         recipe = load_recipe(args.recipe)
+        if args.count_tokens:
+            print(f"wrote {write_token_counts(recipe, args.out or BUNDLED_DIR / recipe['name'])}", file=sys.stderr)
+            return 0
         work = args.work_dir or MODELS_DIR / "checkpoints" / recipe["name"]
         work.mkdir(parents=True, exist_ok=True)
         train(recipe, work, args.out or BUNDLED_DIR / recipe["name"], resume=args.resume or args.export_only,

@@ -55,15 +55,18 @@ def check_hf_folder(folder: Path) -> None:
                                "(a model folder needs config.json, model.safetensors and tokenizer.json)")
 
 
-def load_model(path: str | Path, max_seq_len: int | None = None, accept_head: str | Path | None = None) -> LoadedModel:
+def load_model(path: str | Path, max_seq_len: int | None = None, accept_head: str | Path | None = None,
+               threads: int | None = None, spin: bool = False) -> LoadedModel:
     """``accept_head``: an acceptance-head folder to attach to a Hugging Face drafter (one saved in
-    the drafter's own folder, head.json + head.safetensors, is attached without asking)."""
+    the drafter's own folder, head.json + head.safetensors, is attached without asking).
+    ``threads``: intra-op threads of an ONNX Runtime session (None: its default, every core); ``spin``:
+    let its thread pool spin between runs (runtime/backends/ort.py says when that pays)."""
     folder = Path(path)
     if (folder / "manifest.json").is_file():
         if accept_head is not None:
             raise InvalidArgument(f"{folder} is an export folder: its acceptance head is part of the graph; "
                                   f"re-export the drafter with omnidraft export --accept-head {accept_head}")
-        return _load_export(folder)
+        return _load_export(folder, threads, spin)
     if folder.is_dir() and (any(folder.glob("*.pte")) or any(folder.glob("*.onnx"))):
         raise ManifestError(f"{folder} holds an exported model but no manifest.json; re-export it with `omnidraft export`")
     check_hf_folder(folder)
@@ -87,14 +90,14 @@ def load_model(path: str | Path, max_seq_len: int | None = None, accept_head: st
     return LoadedModel(backend, codec, frozenset(eos), folder, "hf", info)
 
 
-def _load_export(folder: Path) -> LoadedModel:
+def _load_export(folder: Path, threads: int | None = None, spin: bool = False) -> LoadedModel:
     from omnidraft.runtime.manifest import load_manifest
 
     manifest = load_manifest(folder)
     if manifest.format == "onnx":
         from omnidraft.runtime.backends.ort import OrtBackend
 
-        backend = OrtBackend(folder, manifest)
+        backend = OrtBackend(folder, manifest, threads=threads, spin=spin)
     elif manifest.format == "executorch":
         from omnidraft.runtime.backends.executorch import ExecuTorchBackend
 
@@ -108,4 +111,5 @@ def _load_export(folder: Path) -> LoadedModel:
     # None for exports older than the verify-vs-decode measurement (export/parity.py).
     row_stable = (manifest.parity.get("batch_invariance") or {}).get("row_stable")
     return LoadedModel(backend, codec, frozenset(eos), folder, manifest.format,
-                       {"quant": manifest.quant, "row_stable": row_stable})
+                       {"quant": manifest.quant, "row_stable": row_stable,
+                        "draft_vocab": manifest.draft_vocab.get("size")})

@@ -46,6 +46,12 @@ class Manifest:
     source_model: str = ""
     skipped_layers: list[str] = field(default_factory=list)
     accept_head: dict[str, Any] = field(default_factory=dict)  # head.json of an in-graph acceptance head
+    # A drafter whose output layer keeps only its most frequent tokens (export/draft_vocab.py): size,
+    # of, source, coverage and the kept ids. Its rows leave the others at -1e9: it cannot be a target.
+    draft_vocab: dict[str, Any] = field(default_factory=dict)
+    # The runtime feeds a one-token call as two copies of the token and keeps the first row: with it
+    # the graph's rows are the same whatever the call's length (onnxruntime-genai graphs).
+    pad_single_row: bool = False
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
 from omnidraft.runtime.accept_head import NO_HEAD_FIX, log_sigmoid, may_stop, rejection_prob, validate_adaptive
-from omnidraft.runtime.backends.base import has_accept_head
+from omnidraft.runtime.backends.base import has_accept_head, last_row, last_row_accept
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.sampling import draw, masked_argmax, residual, softmax
@@ -115,6 +115,10 @@ class SpeculativeDecoder:
 
     def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None,
                  cache: NgramCache | None = None) -> None:
+        if target.info.get("draft_vocab"):
+            raise InvalidArgument(f"{target.path} is a drafter export whose output layer keeps only "
+                                  f"{target.info['draft_vocab']} tokens (--draft-vocab); a target must score every "
+                                  "token: re-export it without --draft-vocab")
         self.target, self.drafter, self.cache = target, drafter, cache
         self.vocab: VocabMap | None = None
         if drafter is not None:
@@ -268,10 +272,9 @@ class _Run:
             call_seconds = []  # per drafter call: the gamma controller replays shorter drafts from these
             for _ in range(k):
                 if cfg.adaptive:
-                    rows_q, z = drf.forward_with_accept(feed, drf.cached_len)
-                    logits = rows_q[-1]
+                    logits, z = last_row_accept(drf, feed, drf.cached_len)
                 else:
-                    logits = drf.forward(feed, drf.cached_len)[-1]
+                    logits = last_row(drf, feed, drf.cached_len)
                 if self.greedy:
                     d = masked_argmax(logits, mask)
                 else:
@@ -281,7 +284,7 @@ class _Run:
                     q_rows.append(q)
                 draft.append(d)
                 if cfg.adaptive:  # the head's logit for row r, plus the bias of the token drafted from it
-                    acc_p.append(float(z[-1]) + drf.accept_bias(d) + offsets.get(d, 0.0))
+                    acc_p.append(z + drf.accept_bias(d) + offsets.get(d, 0.0))
                     log_acc += log_sigmoid(acc_p[-1])
                 feed = [d]
                 t_next = time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from omnidraft.errors import ManifestError, ModelFolderError
-from omnidraft.runtime.backends.base import check_forward_args
+from omnidraft.runtime.backends.base import check_forward_args, widen_for
 from omnidraft.runtime.manifest import Manifest
 
 for _name in ("torchao", "torch.utils._pytree"):  # import-time chatter about optional CUDA kernels
@@ -58,13 +58,14 @@ class ExecuTorchBackend:
         self.export_dir = Path(export_dir)
         self.vocab_size = manifest.vocab_size
         self.max_seq_len = manifest.max_seq_len
+        self._widen = widen_for(manifest, f"{export_dir}/manifest.json")
         self._len = 0
 
     @property
     def cached_len(self) -> int:
         return self._len
 
-    def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+    def _execute(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
         check_forward_args(self, token_ids, start_pos)
         k = len(token_ids)
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
@@ -75,6 +76,15 @@ class ExecuTorchBackend:
         out = self._method.execute([ids, pos])[0]
         self._len = start_pos + k
         return out[0].numpy().astype(np.float32, copy=False)
+
+    def _rows(self, rows: np.ndarray) -> np.ndarray:
+        return rows if self._widen is None else self._widen(rows)
+
+    def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+        return self._rows(self._execute(token_ids, start_pos))
+
+    def forward_last(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+        return self._rows(self._execute(token_ids, start_pos)[-1:])[0]
 
     def rollback(self, length: int) -> None:
         if not 0 <= length <= self._len:

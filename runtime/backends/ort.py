@@ -17,7 +17,7 @@ import onnxruntime as ort
 
 from omnidraft.errors import ManifestError, ModelFolderError
 from omnidraft.runtime.accept_head import token_bias_table
-from omnidraft.runtime.backends.base import check_forward_args
+from omnidraft.runtime.backends.base import check_forward_args, widen_for
 from omnidraft.runtime.manifest import Manifest
 
 ACCEPT_OUTPUT = "accept_logits"
@@ -26,7 +26,8 @@ ACCEPT_OUTPUT = "accept_logits"
 class OrtBackend:
     name = "ort"
 
-    def __init__(self, export_dir: str | Path, manifest: Manifest, threads: int | None = None) -> None:
+    def __init__(self, export_dir: str | Path, manifest: Manifest, threads: int | None = None,
+                 spin: bool = False) -> None:
         if manifest.format != "onnx":
             raise ManifestError(f"{export_dir} holds a {manifest.format} export, not onnx; load it with its own backend")
         path = Path(export_dir) / manifest.artifact_file
@@ -34,10 +35,13 @@ class OrtBackend:
         opts.log_severity_level = 3  # warnings about unused initializers etc. are noise here
         if threads:
             opts.intra_op_num_threads = threads
-        # The drafter's and the target's sessions take turns on the same cores. A pool that spins
-        # after its run keeps those cores busy while the other session computes (measured on the
-        # bundled pair, 2 threads: adapted code at K = 2 ran 0.97x target-only spinning, 1.31x not).
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # The drafter's and the target's sessions take turns on the same cores. Two pools that spin
+        # after their runs keep each other's cores busy (bundled pair, 2 threads each: adapted code at
+        # K = 2 ran 0.97x target-only spinning, 1.31x not), so pools do not spin unless asked. A
+        # one-thread drafter runs on the caller's thread, and then the target's pool may spin: its
+        # worker waits on the other core. Bundled target int8, 2 threads, math prompts: target-only
+        # 339 tok/s not spinning, 500 spinning (1 thread: 346); the drafter's steps unchanged.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         try:
             self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own pybind exception types for bad files
@@ -51,14 +55,25 @@ class OrtBackend:
         self.export_dir = Path(export_dir)
         self.vocab_size = manifest.vocab_size
         self.max_seq_len = manifest.max_seq_len
-        self._past_names = names[1:]
-        self._out_names = list(manifest.outputs)
+        # onnxruntime-genai graphs (export/onnx_genai.py) also take an all-ones attention_mask over
+        # past + new positions, from which they derive positions and the causal mask.
+        self._mask = "attention_mask" in names
+        self._past_names = [n for n in names if n.startswith("past_key_values.")]
+        # Each past input is fed the present output of the same name (the two graphs order them apart).
+        self._out_names = ["logits"] + [n.replace("past_key_values.", "present.", 1) for n in self._past_names] + [
+            n for n in manifest.outputs if n == ACCEPT_OUTPUT]
+        missing = [n for n in self._out_names if n not in manifest.outputs]
+        if names[0] != "input_ids" or missing:
+            raise ManifestError(f"{path} does not have the input_ids/past_key_values -> logits/present signature "
+                                f"(missing {missing[:3]}); re-export with `{manifest.export_command}`")
         # A drafter exported with --accept-head has one more output after the presents (the head
         # runs inside the graph, so adaptive drafting costs no extra call).
         self.has_accept_head = ACCEPT_OUTPUT in self._out_names
         self._accept_bias = (token_bias_table(manifest.accept_head, self.vocab_size, f"{export_dir}/manifest.json")
                              if self.has_accept_head else {})
         self._n_past = len(self._past_names)
+        self._pad_single_row = manifest.pad_single_row
+        self._widen = widen_for(manifest, f"{export_dir}/manifest.json")
         self._empty = np.zeros((1, manifest.num_kv_heads, 0, manifest.head_dim), dtype=np.float32)
         self.reset()
 
@@ -68,23 +83,46 @@ class OrtBackend:
 
     def _run(self, token_ids: Sequence[int], start_pos: int) -> list[np.ndarray]:
         check_forward_args(self, token_ids, start_pos)
-        feed = {"input_ids": np.asarray(token_ids, dtype=np.int64).reshape(1, -1)}
+        ids = list(token_ids)
+        # A one-row call runs other kernels than a k-row one; fed twice, it gives the rows a verify
+        # call gives (export/onnx_genai.py), and the copy's logits and cache row are dropped.
+        pad = self._pad_single_row and len(ids) == 1
+        if pad:
+            ids = ids * 2
+        feed = {"input_ids": np.asarray(ids, dtype=np.int64).reshape(1, -1)}
+        if self._mask:
+            feed["attention_mask"] = np.ones((1, start_pos + len(ids)), dtype=np.int64)
         # Sliced pasts are views; ORT needs contiguous buffers and copies once here.
         feed.update((n, np.ascontiguousarray(p)) for n, p in zip(self._past_names, self._past))
         out = self.session.run(self._out_names, feed)
-        self._past = out[1:1 + self._n_past]
         self._len = start_pos + len(token_ids)
+        self._past = out[1:1 + self._n_past]
+        if pad:
+            out[0] = out[0][:, :1]
+            self._past = [p[:, :, :self._len] for p in self._past]
         return out
 
     def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
-        return self._run(token_ids, start_pos)[0][0]
+        return self._rows(self._run(token_ids, start_pos)[0][0])
+
+    def forward_last(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+        return self._rows(self._run(token_ids, start_pos)[0][0, -1:])[0]
+
+    def forward_with_accept_last(self, token_ids: Sequence[int], start_pos: int) -> tuple[np.ndarray, float]:
+        if not self.has_accept_head:
+            raise ValueError("ort: this export has no acceptance head")
+        out = self._run(token_ids, start_pos)
+        return self._rows(out[0][0, -1:])[0], float(out[-1][0, -1])
+
+    def _rows(self, logits: np.ndarray) -> np.ndarray:
+        return logits if self._widen is None else self._widen(logits)
 
     def forward_with_accept(self, token_ids: Sequence[int], start_pos: int) -> tuple[np.ndarray, np.ndarray]:
         """Logits and the in-graph acceptance head's logits (see base.py)."""
         if not self.has_accept_head:
             raise ValueError("ort: this export has no acceptance head")
         out = self._run(token_ids, start_pos)
-        return out[0][0], out[-1][0]
+        return self._rows(out[0][0]), out[-1][0]
 
     def accept_bias(self, token: int) -> float:
         return self._accept_bias.get(token, 0.0)
