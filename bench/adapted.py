@@ -103,9 +103,9 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
 def for_backend(bench: "Bench", eng: "Engine", stream: str, method: str, prompts: list[str] | None = None,
                 draft_len: int | None = None):
     """(drafter LoadedModel for ``eng``'s backend, a fresh copy of the pass's cache); adapts on first use."""
-    from omnidraft.bench.bundled import cached_export
+    from omnidraft.bench.bundled import drafter_export
     from omnidraft.bench.demo import BACKENDS
-    from omnidraft.bench.engine import load
+    from omnidraft.bench.engine import load_drafter
 
     info = _pass(bench, stream, method, prompts or [], draft_len or 4, eng.paths[1])
     fmt, quant = BACKENDS[eng.backend]
@@ -113,10 +113,11 @@ def for_backend(bench: "Bench", eng: "Engine", stream: str, method: str, prompts
     from omnidraft.runtime.accept_head import HEAD_JSON
 
     head = folder if (folder / HEAD_JSON).is_file() else None  # ONNX drafters carry it in the graph
-    path = folder if fmt is None else cached_export(folder, fmt, quant, bench.s.max_seq_len, bench.progress,
-                                                    accept_head=head if fmt == "onnx" else None)
+    path = folder if fmt is None else drafter_export(folder, fmt, quant, bench.s.max_seq_len, bench.progress,
+                                                     accept_head=head if fmt == "onnx" else None,
+                                                     draft_vocab=bench.s.draft_vocab)
     cache = eng.load_cache(Path(info["cache"])) if info["cache"] else eng.new_cache()
-    return load(path, eng.threads), cache
+    return load_drafter(path), cache
 
 
 def adapt(bench: "Bench", eng: "Engine", stream: str, method: str, train, draft_len: int):

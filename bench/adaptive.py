@@ -189,14 +189,14 @@ class AdaptiveBench:
         return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, summary)
 
     def _drafter(self, folder: Path):
-        from omnidraft.bench.bundled import cached_export
+        from omnidraft.bench.bundled import drafter_export
         from omnidraft.bench.demo import BACKENDS
-        from omnidraft.bench.engine import load
+        from omnidraft.bench.engine import load_drafter
 
         fmt, quant = BACKENDS[self.s.backend]
-        path = folder if fmt is None else cached_export(folder, fmt, quant, self.s.max_seq_len, self.progress,
-                                                        accept_head=folder)
-        return load(path, self.s.threads)
+        path = folder if fmt is None else drafter_export(folder, fmt, quant, self.s.max_seq_len, self.progress,
+                                                         accept_head=folder)
+        return load_drafter(path)
 
     def stream(self, name: str) -> dict:
         from omnidraft.bench.engine import interleave

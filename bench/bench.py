@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from omnidraft.bench import adapted
+from omnidraft.bench.bundled import DRAFT_VOCAB
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
 from omnidraft.atomic import write_json, write_text
 from omnidraft.bench.demo import BACKENDS
@@ -57,6 +58,7 @@ class BenchSettings:
     threads: int | None = 1       # intra-op threads of every engine (None: each library's default)
     gamma: float = 0.5            # hybrid+adaptive: initial stopping threshold (tuned online from there)
     splits: bool = True           # greedy ngram rows may propose split drafter tokens (False: the paper's translation)
+    draft_vocab: int | None = DRAFT_VOCAB  # drafter exports keep this many tokens (None: all; bench/bundled.py)
     quick: bool = False
     out: Path = Path("reports/bench")
 
@@ -84,6 +86,8 @@ def validate(s: BenchSettings) -> None:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(s, name)})")
     if not 0.05 <= s.gamma <= 0.95:
         raise InvalidArgument(f"--gamma must be within [0.05, 0.95] for the tuned hybrid+adaptive row (got {s.gamma})")
+    if s.draft_vocab is not None and s.draft_vocab < 0:
+        raise InvalidArgument(f"--draft-vocab must be >= 0 (got {s.draft_vocab}); 0 keeps every drafter token")
     if s.threads is not None and s.threads < 1:
         raise InvalidArgument(f"--threads must be >= 1 (got {s.threads}); omit it for one thread")
     if s.train_prompts < 0 or s.adapt_prompts < 0 or not s.sweep_ks or min(s.sweep_ks) < 1:
@@ -198,7 +202,7 @@ class Bench:
     def engine(self, backend: str) -> Engine:
         """The backend's pair, loaded (and exported, for ort/executorch) and warmed up on first use."""
         if backend not in self.engines:
-            d, t = self.pair.paths(backend, self.s.max_seq_len, self.progress)
+            d, t = self.pair.paths(backend, self.s.max_seq_len, self.progress, self.s.draft_vocab)
             eng = Engine(backend, d, t, self.s.threads, self.s.splits)
             if eng.executorch_threads is not None:
                 self.report["meta"]["threads"]["executorch"] = eng.executorch_threads

@@ -12,7 +12,11 @@ from omnidraft.models.gguf_tokenizers import cache_dir
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 ROLES = ("drafter", "target")
 # Bump when the exporters change what they produce for the same inputs, so cached exports are rebuilt.
-EXPORT_REVISION = 4
+EXPORT_REVISION = 5
+# Drafter exports keep their 4,096 most frequent tokens (export/draft_vocab.py) where the folder
+# ranks them (token_counts.json). The bundled drafter's 1-token ORT step: 0.48 ms with all 32,000,
+# 0.28 ms with 4,096 (1 thread); the held-out reference text of the streams is 91-92 % covered.
+DRAFT_VOCAB = 4096
 
 
 def _rebuild_hint(role: str, name: str) -> str:
@@ -53,14 +57,19 @@ def _folder_digest(folder: Path) -> str:
 
 
 def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True,
-                  accept_head: Path | None = None) -> Path:
-    """Export ``folder`` once per (weights, format, quant, length[, acceptance head]); later calls
-    reuse the valid export."""
+                  accept_head: Path | None = None, draft_vocab: int | None = None) -> Path:
+    """Export ``folder`` once per (weights, format, quant, length[, acceptance head, draft vocabulary]);
+    later calls reuse the valid export."""
     tag = ""
     if accept_head is not None:
         from omnidraft.runtime.accept_head import read_head
 
         tag = f"-head{read_head(accept_head).weights_sha256[:12]}"
+    if draft_vocab:
+        from omnidraft.export.recipes import COUNTS_FILE
+
+        counts = hashlib.sha256((folder / COUNTS_FILE).read_bytes()).hexdigest()[:8]
+        tag += f"-v{draft_vocab}-{counts}"
     out = cache_dir() / "exports" / _folder_digest(folder) / f"{fmt}-{quant}-{max_seq_len}-r{EXPORT_REVISION}{tag}"
     if (out / "manifest.json").is_file():
         from omnidraft.runtime.manifest import load_manifest
@@ -72,5 +81,20 @@ def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress
             pass  # damaged cache entry: export again
     from omnidraft.export.pipeline import export_model
 
-    export_model(folder, fmt, quant, max_seq_len, out, progress=progress, accept_head=accept_head)
+    export_model(folder, fmt, quant, max_seq_len, out, progress=progress, accept_head=accept_head,
+                 draft_vocab=draft_vocab or None)
     return out
+
+
+def drafter_vocab(folder: Path, requested: int | None = DRAFT_VOCAB) -> int | None:
+    """The draft vocabulary a drafter export gets: ``requested`` where ``folder`` ranks its tokens
+    (token_counts.json), else every token (None)."""
+    from omnidraft.export.recipes import COUNTS_FILE
+
+    return requested if requested and (folder / COUNTS_FILE).is_file() else None
+
+
+def drafter_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True,
+                   accept_head: Path | None = None, draft_vocab: int | None = DRAFT_VOCAB) -> Path:
+    """``cached_export`` of a drafter, with its output layer trimmed where the folder allows it."""
+    return cached_export(folder, fmt, quant, max_seq_len, progress, accept_head, drafter_vocab(folder, draft_vocab))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.atomic import save_figure, write_json
-from omnidraft.bench.bundled import cached_export, check_bundled
+from omnidraft.bench.bundled import cached_export, check_bundled, drafter_export, drafter_vocab
 from omnidraft.bench.streams_eval import StreamRun, run_stream
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
@@ -54,7 +54,8 @@ def open_models(backend: str, max_seq_len: int, progress: bool = True) -> tuple[
     fmt, quant = BACKENDS[backend]
     if fmt is None:
         return folders["drafter"], folders["target"]
-    return tuple(cached_export(folders[r], fmt, quant, max_seq_len, progress) for r in ("drafter", "target"))
+    return (drafter_export(folders["drafter"], fmt, quant, max_seq_len, progress),
+            cached_export(folders["target"], fmt, quant, max_seq_len, progress))
 
 
 
@@ -122,7 +123,8 @@ def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Pa
 
         out = ad.dir / f"drafter-{fmt}-{quant}"
         export_model(merged, fmt, quant, s.max_seq_len, out, progress=progress,
-                     accept_head=merged if auto else None)  # the head goes inside the ONNX graph
+                     accept_head=merged if auto else None,  # the head goes inside the ONNX graph
+                     draft_vocab=drafter_vocab(merged))
         merged = out
     summary = {"train_prompts": len(log.acceptance), "updates": ad.updates, "engine": ad.trainer.engine,
                "train_stream_acceptance": round(sum(log.accepted) / max(sum(log.proposed), 1), 4),

@@ -15,10 +15,11 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from omnidraft.bench.bundled import cached_export, check_bundled
+from omnidraft.bench.bundled import DRAFT_VOCAB, cached_export, check_bundled, drafter_export
 from omnidraft.bench.demo import BACKENDS
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.backends.base import DRAFTER_THREADS
 from omnidraft.runtime.loader import LoadedModel, check_hf_folder, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import DecodeConfig, DecodeStats, SpeculativeDecoder
@@ -32,11 +33,12 @@ class Pair:
     target: Path
     name: str
 
-    def paths(self, backend: str, max_seq_len: int, progress: bool = True) -> tuple[Path, Path]:
+    def paths(self, backend: str, max_seq_len: int, progress: bool = True,
+              draft_vocab: int | None = DRAFT_VOCAB) -> tuple[Path, Path]:
         fmt, quant = BACKENDS[backend]
         if fmt is None:
             return self.drafter, self.target
-        return (cached_export(self.drafter, fmt, quant, max_seq_len, progress),
+        return (drafter_export(self.drafter, fmt, quant, max_seq_len, progress, draft_vocab=draft_vocab),
                 cached_export(self.target, fmt, quant, max_seq_len, progress))
 
 
@@ -101,15 +103,14 @@ def _executorch_threads(n: int | None) -> int | None:
     return pl._threadpool_get_thread_count() if hasattr(pl, "_threadpool_get_thread_count") else None
 
 
-def load(path: Path, threads: int | None = None) -> LoadedModel:
+def load(path: Path, threads: int | None = None, spin: bool = False) -> LoadedModel:
     """``load_model``, with ``threads`` intra-op threads for an ONNX Runtime session."""
-    model = load_model(path)
-    if threads and model.source == "onnx":
-        from omnidraft.runtime.backends.ort import OrtBackend
-        from omnidraft.runtime.manifest import load_manifest
+    return load_model(path, threads=threads or None, spin=spin)
 
-        model.backend = OrtBackend(model.path, load_manifest(model.path), threads=threads)
-    return model
+
+def load_drafter(path: Path) -> LoadedModel:
+    """A drafter: its ONNX Runtime session runs on one thread (runtime/backends/base.py)."""
+    return load_model(path, threads=DRAFTER_THREADS)
 
 
 class Engine:
@@ -121,8 +122,9 @@ class Engine:
         self.splits = splits  # ngram-mode greedy runs may propose split drafter tokens (runtime/vocab.py)
         self.threads = threads
         self.executorch_threads = _executorch_threads(threads) if backend == "executorch" else None
-        self.drafter = load(drafter_path, threads)
-        self.target = load(target_path, threads)
+        self.drafter = load_drafter(drafter_path)
+        # Its pool may spin beside a one-thread ONNX Runtime drafter (runtime/backends/ort.py).
+        self.target = load(target_path, threads, spin=self.drafter.source == "onnx")
         self.paths = (drafter_path, target_path)
 
     @property

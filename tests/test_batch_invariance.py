@@ -97,10 +97,15 @@ def test_a_pair_with_a_target_that_is_not_row_stable_says_so(monkeypatch, capsys
 
     def fake_load(path, **kw):
         if path == tmp_path / "drafter":
-            raise Stop
-        return SimpleNamespace(info={"quant": "8da4w", "row_stable": False})
+            return SimpleNamespace(source="onnx", codec=SimpleNamespace(sha256="d"),
+                                   backend=SimpleNamespace(vocab_size=8))
+        return SimpleNamespace(info={"quant": "8da4w", "row_stable": False}, codec=SimpleNamespace(sha256="t"))
+
+    def stop(*args, **kw):
+        raise Stop
 
     monkeypatch.setattr(session, "load_model", fake_load)
+    monkeypatch.setattr(session, "NgramCache", stop)  # the note comes before the pair's cache is made
     with pytest.raises(Stop):
         session.open_pair(tmp_path / "target", tmp_path / "drafter")
     err = capsys.readouterr().err

@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
     p.add_argument("--no-splits", action="store_true", help="translate as the paper does: no split drafter tokens "
                    "in the greedy ngram rows (for the ablation)")
+    p.add_argument("--draft-vocab", type=int, help="drafter exports keep their N most frequent tokens where the drafter "
+                   "folder has token_counts.json (default 4096; 0 keeps every token)")
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort/executorch exports")
     p.add_argument("--threads", type=int, default=usable_cpus(),
                    help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default: every CPU this process may "
@@ -73,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_eviction:
         s.eviction = False
     s.splits = not args.no_splits
+    if args.draft_vocab is not None:
+        s.draft_vocab = args.draft_vocab or None
     report = run_bench(s)
     out = s.out
     print((out / "bench.md").read_text())
