@@ -35,6 +35,7 @@ import torch
 from omnidraft.errors import ExportError
 
 from .hf_model import ModelInfo
+from .onnx_export import PROTOBUF_LIMIT
 from .parity import Built
 
 EXPORTER = "onnxruntime-genai model builder (GroupQueryAttention, MatMulNBits)"
@@ -45,6 +46,11 @@ PRECISION = {"fp32": ("fp32", []), "int8": ("int8", ["accuracy_level=4"]), "int4
 
 
 def _run_builder(folder: Path, quant: str, out: Path, hidden: bool) -> Path:
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        raise ExportError("--onnx-path genai needs onnxruntime-genai (pip install onnxruntime-genai==0.18.0, "
+                          "as pyproject.toml pins it); or use --onnx-path torch")
     precision, opts = PRECISION[quant]
     opts = ["hf_token=false", "block_size=32", *opts] + (["include_hidden_states=true"] if hidden else [])
     cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(folder), "-o", str(out),
@@ -180,6 +186,9 @@ def export_genai(folder: Path, info: ModelInfo, quant: str, path: Path, vocab=No
             hidden = next(o for o in model.graph.output if o.name == HIDDEN)
             size = hidden.type.tensor_type.shape.dim[-1].dim_value or head.in_features
             _attach(model, _head_graph(head, size, quant, model.ir_version, opsets, work))
+        if model.ByteSize() > PROTOBUF_LIMIT:
+            raise ExportError(f"the builder's graph holds {model.ByteSize() / 2**30:.1f} GiB, over the 2 GiB a "
+                              "single-file ONNX artifact can hold; use --format executorch")
         onnx.save(model, str(path))
     inputs = [i.name for i in model.graph.input]
     outputs = [o.name for o in model.graph.output]

@@ -17,12 +17,12 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 # torch==2.13.0 is pinned in pyproject: an unpinned torch would pull a multi-GB CUDA build.
-if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, gguf, pytest, hypothesis" 2>/dev/null \
+if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.omnidraft-installed ]; then
   echo "[setup] installing Python dependencies (a few minutes the first time)" >&2
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, gguf, pytest, hypothesis"
+  .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis"
   touch .venv/.omnidraft-installed
 fi
 
