@@ -107,7 +107,9 @@ def test_bundled_recipes_are_consistent(name):
     r = T.load_recipe(name)
     assert sum(r["data"]["mix"].values()) == pytest.approx(1.0)
     if name == "drafter":
-        assert r["arch"] == "llama" and r["model"]["num_hidden_layers"] == 2 and "math" not in r["data"]["mix"]
+        # A generic drafter: mostly prose, with the code and worked-arithmetic text a general corpus holds.
+        mix = r["data"]["mix"]
+        assert r["arch"] == "llama" and r["model"]["num_hidden_layers"] == 2 and max(mix.values()) == mix["text"]
         assert r["model"]["vocab_size"] == 32000
     else:
         assert r["arch"] == "qwen2" and set(r["data"]["mix"]) == {"code", "math", "text"}
