@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort/executorch exports")
     p.add_argument("--threads", type=int, default=usable_cpus(),
                    help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default: every CPU this process may "
-                        "use, as on a device; on a CPU shared with other jobs use 1; 0 keeps each library's default)")
+                        "use, as on a device; on a CPU shared with other jobs use 1; 0 keeps each library's default; "
+                        "ONNX Runtime drafters always run on one thread)")
     p.add_argument("--gamma", type=float, default=0.5, help="hybrid+adaptive row: initial stopping threshold of "
                    "adaptive drafting (--draft-len auto), tuned online from tokens/s")
     p.add_argument("--out", type=Path, default=Path("reports/bench"), help="report folder (bench.json, bench.md, PNGs)")
