@@ -73,6 +73,8 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
     mod = _online()
     s = bench.s
     over = dict(METHODS[method])
+    if s.adapt_lr is not None:
+        over["lr"] = s.adapt_lr
     if over.get("train_head"):
         over["gamma"] = s.gamma
     cfg = mod.AdaptConfig(max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len),
@@ -93,7 +95,7 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
                     "stream_acceptance": round(acc / prop, 4) if prop else None,
                     "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
                     "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
-                    **{k: v for k, v in METHODS[method].items()}}}
+                    **{k: v for k, v in METHODS[method].items()}, "lr": over["lr"]}}
     if getattr(ad, "gamma_ctl", None) is not None:
         info["summary"]["gamma_after"] = round(ad.gamma_ctl.gamma, 4)
         info["summary"]["k_max_after"] = ad.gamma_ctl.k_max

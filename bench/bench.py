@@ -52,6 +52,10 @@ class BenchSettings:
     # K rows pick K on train prompts. 16: enough windows (2 prompts each) for it to turn drafting off.
     tune_prompts: int = 16
     adapt_prompts: int = 64       # train prompts of each adaptation pass (adapted rows; 0 skips them)
+    # lr of every adapted row (None: bench/adapted.py's short-pass settings, 1e-3). A full pass over a
+    # stream wants less: math, 1,000 prompts, full FT, the session-12 drafter: 1e-3 lowered held-out
+    # acceptance at K = 4 from 0.59 to 0.50, 1e-4 raised it to 0.72 (models/README.md, session 12).
+    adapt_lr: float | None = None
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
     max_seq_len: int = 512        # exported KV-cache length for ort / executorch
@@ -86,6 +90,8 @@ def validate(s: BenchSettings) -> None:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(s, name)})")
     if not 0.05 <= s.gamma <= 0.95:
         raise InvalidArgument(f"--gamma must be within [0.05, 0.95] for the tuned hybrid+adaptive row (got {s.gamma})")
+    if s.adapt_lr is not None and not 0 < s.adapt_lr < 1:
+        raise InvalidArgument(f"--adapt-lr must be within (0, 1) (got {s.adapt_lr}); omit it for the short-pass lr")
     if s.draft_vocab is not None and s.draft_vocab < 0:
         raise InvalidArgument(f"--draft-vocab must be >= 0 (got {s.draft_vocab}); 0 keeps every drafter token")
     if s.threads is not None and s.threads < 1:

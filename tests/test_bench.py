@@ -272,6 +272,8 @@ def test_bad_inputs_get_one_line(pair, capsys, tmp_path):
     _refused(capsys, base + ["--draft-lens", "2,x"], "--draft-lens")
     _refused(capsys, base + ["--prompts", "0"], "--prompts")
     _refused(capsys, base + ["--threads", "-2"], "--threads")
+    _refused(capsys, base + ["--adapt-lr", "0"], "--adapt-lr", "(0, 1)")
+    _refused(capsys, base + ["--draft-vocab", "-1"], "--draft-vocab", ">= 0")
     assert not (tmp_path / "o").exists()  # nothing written for refused input
 
 

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-lens", help="fixed draft lengths K to sweep (default 1,2,3,4,6)")
     p.add_argument("--train-prompts", type=int, help="train prompts that pre-collect the cache of spd-dm+ngram_pp")
     p.add_argument("--adapt-prompts", type=int, help="train prompts of the adaptation pass (adapted rows)")
+    p.add_argument("--adapt-lr", type=float, help="learning rate of every adaptation pass (default: the short-pass "
+                   "1e-3; a full pass over a stream wants less, e.g. 1e-4)")
     p.add_argument("--tune-prompts", type=int, help="train prompts the hybrid+adaptive row's controller is tuned on "
                    "before its timed run (default 16; 0 starts it untuned)")
     p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                   threads=args.threads or None)
     s = BenchSettings.quick_settings(args.backend, **common) if args.quick else BenchSettings(backend=args.backend, **common)
     s.gamma = args.gamma
-    for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts", "tune_prompts"):
+    for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts", "tune_prompts", "adapt_lr"):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
     if args.draft_lens is not None:
