@@ -193,6 +193,29 @@ def test_growth_tracker_and_summary():
     assert s["first_half_rate"] == pytest.approx(0.5) and s["second_half_rate"] == pytest.approx(0.2)
 
 
+def test_adapted_runs_only_the_rows_it_names(pair, tmp_path, monkeypatch):
+    from omnidraft.bench import adapted
+
+    passes = []
+
+    def fake_adapt(bench, eng, stream, method, train, k):
+        passes.append(method)
+        return eng.drafter, eng.new_cache(), {"train_prompts": 0, "stub": True}
+
+    monkeypatch.setattr(adapted, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(adapted, "replayable", lambda method: False)
+    monkeypatch.setattr(adapted, "adapt", fake_adapt)
+    argv = _argv(pair, tmp_path / "o", "--peers", "none", "--no-eviction", "--adapted", "hybrid")
+    argv[argv.index("--adapt-prompts") + 1] = "1"
+    assert main(argv) == 0
+    rep = json.loads((tmp_path / "o" / "bench.json").read_text())
+    assert passes == ["hybrid"] and rep["meta"]["settings"]["adapted"] == ["hybrid"]
+    rows = {r["method"]: r for r in rep["rows"]}
+    assert rows["hybrid"].get("tokens_per_s") is not None
+    for m in ("l-dm", "hybrid+lora", "hybrid+adaptive"):
+        assert rows[m]["status"] == "not run: --adapted leaves it out", rows[m]
+
+
 def test_adapted_rows_say_why_they_are_missing(monkeypatch):
     from omnidraft.bench import adapted
 
@@ -274,6 +297,7 @@ def test_bad_inputs_get_one_line(pair, capsys, tmp_path):
     _refused(capsys, base + ["--threads", "-2"], "--threads")
     _refused(capsys, base + ["--adapt-lr", "0"], "--adapt-lr", "(0, 1)")
     _refused(capsys, base + ["--draft-vocab", "-1"], "--draft-vocab", ">= 0")
+    _refused(capsys, base + ["--adapted", "hybrid,lora"], "lora", "l-dm, hybrid, hybrid+lora, hybrid+adaptive")
     assert not (tmp_path / "o").exists()  # nothing written for refused input
 
 

@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapt-prompts", type=int, help="train prompts of the adaptation pass (adapted rows)")
     p.add_argument("--adapt-lr", type=float, help="learning rate of every adaptation pass (default: the short-pass "
                    "1e-3; a full pass over a stream wants less, e.g. 1e-4)")
+    p.add_argument("--adapted", help="adapted rows to run, comma-separated from l-dm, hybrid, hybrid+lora, "
+                   "hybrid+adaptive, or 'none' (default: all four; a full pass costs ~35 min a row on math, "
+                   "hybrid+lora ~100 min)")
     p.add_argument("--tune-prompts", type=int, help="train prompts the hybrid+adaptive row's controller is tuned on "
                    "before its timed run (default 16; 0 starts it untuned)")
     p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
@@ -75,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         s.sweep_ks = _ks(args.draft_lens)
     if args.peers is not None:
         s.peers = () if args.peers.strip() == "none" else _csv(args.peers)
+    if args.adapted is not None:
+        s.adapted = () if args.adapted.strip() == "none" else _csv(args.adapted)
     if args.no_eviction:
         s.eviction = False
     s.splits = not args.no_splits
