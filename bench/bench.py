@@ -59,7 +59,7 @@ class BenchSettings:
     # adapted rows to run. A full pass costs each row differently: math, 960 train prompts, this 2-core
     # CPU: l-dm 27 min and hybrid 31 min (eager full FT); hybrid+lora, whose LoRA steps run ExecuTorch's
     # training program (77 % of its time, py-spy), did 143 prompts in 15 min, so ~100 min for the pass.
-    adapted: tuple[str, ...] = tuple(adapted.METHODS)
+    adapted: tuple[str, ...] | None = None  # None: all of bench/adapted.py's METHODS
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
     max_seq_len: int = 512        # exported KV-cache length for ort / executorch
@@ -87,7 +87,7 @@ def validate(s: BenchSettings) -> None:
     bad = [x for x in s.peers if x not in PEER_GROUPS]
     if bad:
         raise InvalidArgument(f"unknown peer {', '.join(bad)}; choose from {', '.join(PEER_GROUPS)} (or 'none')")
-    bad = [x for x in s.adapted if x not in adapted.METHODS]
+    bad = [x for x in s.adapted or () if x not in adapted.METHODS]
     if bad:
         raise InvalidArgument(f"unknown adapted row {', '.join(bad)}; choose from {', '.join(adapted.METHODS)} (or 'none')")
     if s.tune_prompts < 0:
@@ -309,7 +309,7 @@ class Bench:
                 "not available: ExecuTorch drafters do not carry an acceptance head yet (use --backend ort or torch)"
                 if method == "hybrid+adaptive" and be == "executorch" else None) or (None if s.adapt_prompts else (
                 "not run: --quick skips adaptation (add --adapt-prompts N)" if s.quick else "not run: --adapt-prompts 0")) or (
-                None if method in s.adapted else "not run: --adapted leaves it out")
+                None if s.adapted is None or method in s.adapted else "not run: --adapted leaves it out")
             if reason:
                 status[method] = reason
                 continue
