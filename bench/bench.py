@@ -56,8 +56,8 @@ class BenchSettings:
     # stream wants less: math, 1,000 prompts, full FT, the session-12 drafter: 1e-3 lowered held-out
     # acceptance at K = 4 from 0.59 to 0.50, 1e-4 raised it to 0.72 (models/README.md, session 12).
     adapt_lr: float | None = None
-    # adapted rows to run. A full pass costs each row differently: math, 960 train prompts, this 2-core
-    # CPU: l-dm 27 min and hybrid 31 min (eager full FT); hybrid+lora, whose LoRA steps run ExecuTorch's
+    # adapted rows to run. A full pass costs each row differently: math, 960 train prompts, a 2-core AMD
+    # EPYC: l-dm 27 min and hybrid 31 min (eager full FT); hybrid+lora, whose LoRA steps run ExecuTorch's
     # training program (77 % of its time, py-spy), did 143 prompts in 15 min, so ~100 min for the pass.
     adapted: tuple[str, ...] | None = None  # None: all of bench/adapted.py's METHODS
     peers: tuple[str, ...] = PEER_GROUPS

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapt-lr", type=float, help="learning rate of every adaptation pass (default: the short-pass "
                    "1e-3; a full pass over a stream wants less, e.g. 1e-4)")
     p.add_argument("--adapted", help="adapted rows to run, comma-separated from l-dm, hybrid, hybrid+lora, "
-                   "hybrid+adaptive, or 'none' (default: all four; a full pass costs ~35 min a row on math, "
+                   "hybrid+adaptive, or 'none' (default: all four; a full pass on math costs ~30 min a row, "
                    "hybrid+lora ~100 min)")
     p.add_argument("--tune-prompts", type=int, help="train prompts the hybrid+adaptive row's controller is tuned on "
                    "before its timed run (default 16; 0 starts it untuned)")
