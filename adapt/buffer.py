@@ -44,17 +44,17 @@ LOGP_FLOOR = -50.0  # a probability that underflowed to 0 would make the KL infi
 @dataclass
 class Record:
     prompt: str
-    ids: np.ndarray            # int32 [n] drafter context
-    dm_rows: np.ndarray        # int32 [n_dm] logits rows predicting a DM token
-    dm_idx: np.ndarray         # uint16/int32 [n_dm, K] intersection indices (into VocabMap.drafter_ids)
-    dm_logp: np.ndarray        # float16 [n_dm, K] log p over the intersection
-    dm_tail: np.ndarray        # float32 [n_dm] log p of each intersection id outside the top K
-    ng_rows: np.ndarray        # int32 [n_ng] logits rows predicting an n-gram sub-token
+    ids: np.ndarray  # int32 [n] drafter context
+    dm_rows: np.ndarray  # int32 [n_dm] logits rows predicting a DM token
+    dm_idx: np.ndarray  # uint16/int32 [n_dm, K] intersection indices (into VocabMap.drafter_ids)
+    dm_logp: np.ndarray  # float16 [n_dm, K] log p over the intersection
+    dm_tail: np.ndarray  # float32 [n_dm] log p of each intersection id outside the top K
+    ng_rows: np.ndarray  # int32 [n_ng] logits rows predicting an n-gram sub-token
     ng_prob: np.ndarray | None = None  # float32 [n_ng] target p(t) (T = 1) of each row's token; token_probs only
     ng_split: np.ndarray | None = None  # bool [n_ng] the row's label is a split drafter token (our extension)
     accepted: int = 0
     proposed: int = 0
-    topk_mass: float = 0.0     # mean share of the intersection mass the top K hold (for the report)
+    topk_mass: float = 0.0  # mean share of the intersection mass the top K hold (for the report)
     target_tokens: int = 0
     stats: dict = field(default_factory=dict)
 
@@ -63,13 +63,22 @@ class Record:
         return self.accepted / self.proposed if self.proposed else 0.0
 
     def nbytes(self) -> int:
-        arrays = (self.ids, self.dm_rows, self.dm_idx, self.dm_logp, self.dm_tail, self.ng_rows, self.ng_prob,
-                  self.ng_split)
+        arrays = (
+            self.ids,
+            self.dm_rows,
+            self.dm_idx,
+            self.dm_logp,
+            self.dm_tail,
+            self.ng_rows,
+            self.ng_prob,
+            self.ng_split,
+        )
         return sum(a.nbytes for a in arrays if a is not None)
 
 
-def compact_target(logits: np.ndarray, vocab: VocabMap, k: int = TOP_K,
-                   temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray, float, float]:
+def compact_target(
+    logits: np.ndarray, vocab: VocabMap, k: int = TOP_K, temperature: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Target logits row -> (top-k intersection indices, their log p (renormalised over the
     intersection), tail log p per remaining id, top-k mass). ``temperature`` < 1 sharpens p towards
     the distribution that greedy/low-temperature verification actually accepts from."""
@@ -98,9 +107,17 @@ def token_prob(logits: np.ndarray, token: int) -> float:
 class Collector:
     """Builds one Record per generation; pass ``on_verified`` to ``SpeculativeDecoder.generate``."""
 
-    def __init__(self, drafter_codec: TokenCodec, target_codec: TokenCodec, vocab: VocabMap,
-                 lookbehind: int = 8, k: int = TOP_K, temperature: float = 1.0, splits: bool = True,
-                 token_probs: bool = False) -> None:
+    def __init__(
+        self,
+        drafter_codec: TokenCodec,
+        target_codec: TokenCodec,
+        vocab: VocabMap,
+        lookbehind: int = 8,
+        k: int = TOP_K,
+        temperature: float = 1.0,
+        splits: bool = True,
+        token_probs: bool = False,
+    ) -> None:
         self.dc, self.tc, self.vocab, self.lookbehind = drafter_codec, target_codec, vocab, lookbehind
         self.splits = splits
         # p(t) costs one more softmax over the target vocabulary per verified token (0.6 ms against a
@@ -114,7 +131,7 @@ class Collector:
         self.prompt = prompt
         self.dctx = DrafterContext(self.dc, prompt, self.lookbehind)
         self.pos = len(self.dctx.text)
-        self.spans: list[tuple[int, int, int]] = []   # target (id, start, end) byte spans
+        self.spans: list[tuple[int, int, int]] = []  # target (id, start, end) byte spans
         self.rows: list[tuple[np.ndarray, np.ndarray, float, float]] = []
         self.probs: list[float] = []  # the target's own p(t) of each verified token (dynamic lambda)
 
@@ -164,12 +181,17 @@ class Collector:
                 ng_split.extend([False] * (m - n + 1))
         k = self.k
         return Record(
-            prompt=self.prompt, ids=np.asarray(d.ids, dtype=np.int32),
+            prompt=self.prompt,
+            ids=np.asarray(d.ids, dtype=np.int32),
             dm_rows=np.asarray(dm_rows, dtype=np.int32),
             dm_idx=np.asarray(dm_idx, dtype=self.idx_dtype).reshape(-1, k),
             dm_logp=np.asarray(dm_logp, dtype=np.float16).reshape(-1, k),
-            dm_tail=np.asarray(dm_tail, dtype=np.float32), ng_rows=np.asarray(ng_rows, dtype=np.int32),
+            dm_tail=np.asarray(dm_tail, dtype=np.float32),
+            ng_rows=np.asarray(ng_rows, dtype=np.int32),
             ng_prob=np.asarray(ng_prob, dtype=np.float32) if self.token_probs else None,
             ng_split=np.asarray(ng_split, dtype=bool),
-            accepted=accepted, proposed=proposed, topk_mass=float(np.mean(masses)) if masses else 0.0,
-            target_tokens=len(self.spans))
+            accepted=accepted,
+            proposed=proposed,
+            topk_mass=float(np.mean(masses)) if masses else 0.0,
+            target_tokens=len(self.spans),
+        )

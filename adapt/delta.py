@@ -36,8 +36,13 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 SIDECAR = "omnidraft-adapt.json"
 # token_counts.json ranks the drafter's tokens for `export --draft-vocab`; an adapted drafter keeps the base's.
-SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-              "token_counts.json")
+SIDE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "token_counts.json",
+)
 
 
 # -- identity --------------------------------------------------------------------------------
@@ -51,7 +56,9 @@ def _weights_sha256(folder: Path) -> str:
     try:
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
     except (OSError, ValueError, KeyError):
-        raise ModelFolderError(f"{folder} has no readable model.safetensors(.index.json); pass a complete model folder") from None
+        raise ModelFolderError(
+            f"{folder} has no readable model.safetensors(.index.json); pass a complete model folder"
+        ) from None
     h = hashlib.sha256()
     for s in shards:
         h.update(s.encode() + b"\0" + sha256_file(folder / s).encode())
@@ -68,7 +75,9 @@ def model_identity(folder: str | Path) -> tuple[str, str]:
             m = json.loads(manifest.read_text())
             return str(m["tokenizer_sha256"]), str(m["source_model_sha256"])
         except (OSError, ValueError, KeyError):
-            raise ModelFolderError(f"{manifest} is unreadable or lacks tokenizer/source sha256; re-export the model") from None
+            raise ModelFolderError(
+                f"{manifest} is unreadable or lacks tokenizer/source sha256; re-export the model"
+            ) from None
     tok = folder / "tokenizer.json"
     if not tok.is_file():
         raise ModelFolderError(f"{folder} has no tokenizer.json; pass a model folder with its tokenizer")
@@ -83,7 +92,7 @@ class PairIdentity:
     target_weights: str
 
     @classmethod
-    def of(cls, drafter: str | Path, target: str | Path) -> "PairIdentity":
+    def of(cls, drafter: str | Path, target: str | Path) -> PairIdentity:
         return cls(*model_identity(drafter), *model_identity(target))
 
     @property
@@ -145,7 +154,9 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 
 # -- LoRA deltas -----------------------------------------------------------------------------
-def save_adapter(peft_model: torch.nn.Module, folder: str | Path, ident: PairIdentity, info: dict | None = None) -> Path:
+def save_adapter(
+    peft_model: torch.nn.Module, folder: str | Path, ident: PairIdentity, info: dict | None = None
+) -> Path:
     """Write the LoRA weights in PEFT layout with the pair's identity in the safetensors header."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
@@ -155,8 +166,10 @@ def save_adapter(peft_model: torch.nn.Module, folder: str | Path, ident: PairIde
     tmp = new_temp_dir(final)
     try:
         # Only the LoRA factors: with lm_head among the targets PEFT would also store the whole base head.
-        state = {k: v.detach().contiguous().cpu() for k, v in
-                 get_peft_model_state_dict(peft_model, save_embedding_layers=False).items()}
+        state = {
+            k: v.detach().contiguous().cpu()
+            for k, v in get_peft_model_state_dict(peft_model, save_embedding_layers=False).items()
+        }
         meta = ident.metadata()
         meta["info"] = json.dumps(info or {}, sort_keys=True)
         save_file(state, str(tmp / ADAPTER_WEIGHTS), metadata=meta)
@@ -176,8 +189,10 @@ def read_adapter(folder: str | Path, ident: PairIdentity) -> tuple[dict[str, tor
     recover_dir(folder)
     path = folder / ADAPTER_WEIGHTS
     if not path.is_file() or not (folder / ADAPTER_CONFIG).is_file():
-        raise AdapterError(f"{folder} is not an adapter folder ({ADAPTER_WEIGHTS} + {ADAPTER_CONFIG}); "
-                           "delete it to start a fresh adapter")
+        raise AdapterError(
+            f"{folder} is not an adapter folder ({ADAPTER_WEIGHTS} + {ADAPTER_CONFIG}); "
+            "delete it to start a fresh adapter"
+        )
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -185,12 +200,19 @@ def read_adapter(folder: str | Path, ident: PairIdentity) -> tuple[dict[str, tor
     except Exception as exc:  # safetensors raises its own error types for damaged files
         raise AdapterError(f"adapter {path} is damaged ({exc}); delete {folder} to start a fresh adapter") from None
     if meta.get("format") != FORMAT:
-        raise AdapterError(f"{path} was not written by omnidraft adapt (no pair identity in its header); "
-                           "delete it or pass a folder from `omnidraft adapt`")
-    for who, keys in (("drafter", ("drafter_tokenizer", "drafter_weights")), ("target", ("target_tokenizer", "target_weights"))):
+        raise AdapterError(
+            f"{path} was not written by omnidraft adapt (no pair identity in its header); "
+            "delete it or pass a folder from `omnidraft adapt`"
+        )
+    for who, keys in (
+        ("drafter", ("drafter_tokenizer", "drafter_weights")),
+        ("target", ("target_tokenizer", "target_weights")),
+    ):
         if any(meta.get(k) != getattr(ident, k) for k in keys):
-            raise AdapterError(f"adapter {folder} was trained for another {who} (tokenizer or weights differ); "
-                               f"use the adapter of this {who}, or delete {folder} to adapt from scratch")
+            raise AdapterError(
+                f"adapter {folder} was trained for another {who} (tokenizer or weights differ); "
+                f"use the adapter of this {who}, or delete {folder} to adapt from scratch"
+            )
     return tensors, meta
 
 
@@ -203,12 +225,16 @@ def load_adapter(peft_model: torch.nn.Module, folder: str | Path, ident: PairIde
     try:
         result = set_peft_model_state_dict(peft_model, tensors)
     except RuntimeError as exc:  # shape mismatch: another rank
-        raise AdapterError(f"adapter {folder} does not fit this LoRA layout ({str(exc).splitlines()[0][:160]}); "
-                           "pass the --lora-rank it was trained with or delete it") from None
+        raise AdapterError(
+            f"adapter {folder} does not fit this LoRA layout ({str(exc).splitlines()[0][:160]}); "
+            "pass the --lora-rank it was trained with or delete it"
+        ) from None
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected or len(tensors) != len(own):
-        raise AdapterError(f"adapter {folder} has {len(tensors)} tensors but this LoRA layout has {len(own)}; "
-                           "pass the --lora-rank/targets it was trained with or delete it")
+        raise AdapterError(
+            f"adapter {folder} has {len(tensors)} tensors but this LoRA layout has {len(own)}; "
+            "pass the --lora-rank/targets it was trained with or delete it"
+        )
     return meta
 
 
@@ -236,8 +262,9 @@ def _retie_unchanged_head(model: torch.nn.Module) -> None:
         model.config.tie_word_embeddings = True
 
 
-def write_merged(model: torch.nn.Module, base_folder: str | Path, folder: str | Path, ident: PairIdentity,
-                 info: dict | None = None) -> Path:
+def write_merged(
+    model: torch.nn.Module, base_folder: str | Path, folder: str | Path, ident: PairIdentity, info: dict | None = None
+) -> Path:
     """Save the merged drafter as an HF folder (tokenizer files copied from the base drafter)."""
     final = Path(folder)
     recover_dir(final)
@@ -261,7 +288,9 @@ def export_merged(merged: str | Path, fmt: str, folder: str | Path, max_seq_len:
     try:
         from omnidraft.export.pipeline import export_model
     except ImportError as exc:
-        raise ExportError(f"the export pipeline is not available ({exc}); install omnidraft with its export extras") from None
+        raise ExportError(
+            f"the export pipeline is not available ({exc}); install omnidraft with its export extras"
+        ) from None
     final = Path(folder)
     recover_dir(final)
     tmp = new_temp_dir(final)

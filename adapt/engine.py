@@ -36,8 +36,14 @@ def lora_config(rank: int, alpha: float | None = None):
 
     if rank < 1:
         raise InvalidArgument(f"--lora-rank must be >= 1 (got {rank})")
-    return LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, lora_dropout=0.0,
-                      target_modules=list(LORA_TARGETS), bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=rank,
+        lora_alpha=alpha if alpha is not None else 2 * rank,
+        lora_dropout=0.0,
+        target_modules=list(LORA_TARGETS),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def wrap_lora(model: torch.nn.Module, rank: int, alpha: float | None = None) -> torch.nn.Module:
@@ -61,9 +67,19 @@ class StepResult:
 
 
 class Trainer:
-    def __init__(self, model: torch.nn.Module, inter: np.ndarray, mode: str = "lora", loss: str = "hybrid",
-                 engine: str = "executorch", lr: float | None = None, batch_size: int = 8,
-                 seq_len: int = 256, k: int = 64, pad_id: int = 0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        inter: np.ndarray,
+        mode: str = "lora",
+        loss: str = "hybrid",
+        engine: str = "executorch",
+        lr: float | None = None,
+        batch_size: int = 8,
+        seq_len: int = 256,
+        k: int = 64,
+        pad_id: int = 0,
+    ) -> None:
         if engine not in ENGINES:
             raise InvalidArgument(f"unknown --engine {engine!r}; choose one of {', '.join(ENGINES)}")
         if mode == "full" and engine == "executorch":
@@ -83,8 +99,9 @@ class Trainer:
         self.events: list[dict] = []
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.params.values(), lr=self.lr, betas=(0.9, 0.999),
-                                 weight_decay=WEIGHT_DECAY[self.mode])
+        return torch.optim.AdamW(
+            self.params.values(), lr=self.lr, betas=(0.9, 0.999), weight_decay=WEIGHT_DECAY[self.mode]
+        )
 
     def reset_optimizer(self) -> None:
         """After a rollback the moments belong to a discarded trajectory."""
@@ -116,8 +133,14 @@ class Trainer:
             from .etprogram import ExecuTorchStep
 
             self._et = ExecuTorchStep(self.module, batch)
-            self.events.append({"event": "training-program", "shape": list(batch.ids.shape),
-                                "bytes": len(self._et.program), "reused": self._et.reused})
+            self.events.append(
+                {
+                    "event": "training-program",
+                    "shape": list(batch.ids.shape),
+                    "bytes": len(self._et.program),
+                    "reused": self._et.reused,
+                }
+            )
         return self._et(batch)
 
     def grads(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

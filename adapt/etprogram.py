@@ -28,11 +28,15 @@ def _replace_empty_permuted(gm: torch.fx.GraphModule) -> None:
             continue
         size, perm = n.args[:2]
         if list(perm) != list(range(len(perm))):
-            raise ExportError("the training graph needs a permuted empty tensor, which ExecuTorch cannot run; "
-                              "use --engine eager")
+            raise ExportError(
+                "the training graph needs a permuted empty tensor, which ExecuTorch cannot run; use --engine eager"
+            )
         with g.inserting_before(n):
-            new = g.call_function(torch.ops.aten.empty.memory_format, (size,),
-                                  {"dtype": n.kwargs.get("dtype"), "device": n.kwargs.get("device")})
+            new = g.call_function(
+                torch.ops.aten.empty.memory_format,
+                (size,),
+                {"dtype": n.kwargs.get("dtype"), "device": n.kwargs.get("device")},
+            )
         new.meta = dict(n.meta)
         n.replace_all_uses_with(new)
         g.erase_node(n)
@@ -61,8 +65,9 @@ def build_training_program(module: LossModule, example: Batch) -> bytes:
         raise
     except Exception as exc:  # torch.export/exir raise many internal types
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise ExportError(f"exporting the LoRA training step to ExecuTorch failed ({first[:200]}); "
-                          "use --engine eager") from exc
+        raise ExportError(
+            f"exporting the LoRA training step to ExecuTorch failed ({first[:200]}); use --engine eager"
+        ) from exc
     finally:
         if config is not None:
             config._attn_implementation = saved
@@ -127,5 +132,5 @@ class ExecuTorchStep:
         self._sync()
         loss = self.runtime.forward_backward("forward", batch.inputs())[0]
         _PROGRAMS.setdefault(self.key, (self.program, self.runtime))
-        grads = {name[len("model."):]: g for name, g in self.runtime.named_gradients().items()}
+        grads = {name[len("model.") :]: g for name, g in self.runtime.named_gradients().items()}
         return loss, grads

@@ -33,13 +33,20 @@ class Measure:
         return self.new_tokens / self.steps if self.steps else 0.0
 
     def summary(self) -> dict:
-        return {"prompts": self.prompts, "skipped": self.skipped, "acceptance": round(self.acceptance, 4),
-                "accepted": self.accepted, "proposed": self.proposed,
-                "tokens_per_step": round(self.tokens_per_step, 4), "ngram_hits": self.ngram_hits}
+        return {
+            "prompts": self.prompts,
+            "skipped": self.skipped,
+            "acceptance": round(self.acceptance, 4),
+            "accepted": self.accepted,
+            "proposed": self.proposed,
+            "tokens_per_step": round(self.tokens_per_step, 4),
+            "ngram_hits": self.ngram_hits,
+        }
 
 
-def measure(decoder: SpeculativeDecoder, prompts: list[str], cfg: DecodeConfig, copy_cache: bool = True,
-            progress=None) -> Measure:
+def measure(
+    decoder: SpeculativeDecoder, prompts: list[str], cfg: DecodeConfig, copy_cache: bool = True, progress=None
+) -> Measure:
     """Decode ``prompts`` with ``cfg`` through a decoder sharing the models but with a copy of the cache."""
     cache = copy.deepcopy(decoder.cache) if copy_cache else decoder.cache
     dec = SpeculativeDecoder(decoder.target, decoder.drafter if cfg.mode != "target-only" else None, cache)

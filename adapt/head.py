@@ -45,12 +45,12 @@ REJECT_WEIGHT = 1.0
 
 @dataclass
 class HeadRecord:
-    feats: torch.Tensor          # float32 [N, H] features of the drafted tokens at observed positions
-    tokens: torch.Tensor         # int64 [N] the drafted drafter tokens
-    group: torch.Tensor          # int64 [N] index of the target token each drafter token belongs to
-    p_target: torch.Tensor       # float32 [G] p(t) at the decoding temperature (1/0 at temperature 0)
-    observed: np.ndarray         # float32 [G] 1 = accepted, 0 = rejected
-    predicted: np.ndarray        # float32 [G] the head's P(accept) at decode time (nan: not predicted)
+    feats: torch.Tensor  # float32 [N, H] features of the drafted tokens at observed positions
+    tokens: torch.Tensor  # int64 [N] the drafted drafter tokens
+    group: torch.Tensor  # int64 [N] index of the target token each drafter token belongs to
+    p_target: torch.Tensor  # float32 [G] p(t) at the decoding temperature (1/0 at temperature 0)
+    observed: np.ndarray  # float32 [G] 1 = accepted, 0 = rejected
+    predicted: np.ndarray  # float32 [G] the head's P(accept) at decode time (nan: not predicted)
 
     @property
     def size(self) -> int:
@@ -90,15 +90,25 @@ class HeadCollector:
                     feats.append(rec[offset + i])
                     toks.append(draft[i])
                     group.append(g)
-                p_t.append(math.prod(_target_prob(rows[i], rnd["target_ids"][i], self.temperature)
-                                     for i in range(j, min(e, len(rows)))))
+                p_t.append(
+                    math.prod(
+                        _target_prob(rows[i], rnd["target_ids"][i], self.temperature)
+                        for i in range(j, min(e, len(rows)))
+                    )
+                )
                 obs.append(1.0 if ok else 0.0)
                 pred.append(math.exp(sum(log_sigmoid(z[i]) for i in range(a, b))) if len(z) >= b else float("nan"))
             offset += len(draft)
         if not p_t:
             return None
-        return HeadRecord(torch.stack(feats).detach().clone(), torch.tensor(toks), torch.tensor(group),
-                          torch.tensor(p_t, dtype=torch.float32), np.asarray(obs, np.float32), np.asarray(pred, np.float32))
+        return HeadRecord(
+            torch.stack(feats).detach().clone(),
+            torch.tensor(toks),
+            torch.tensor(group),
+            torch.tensor(p_t, dtype=torch.float32),
+            np.asarray(obs, np.float32),
+            np.asarray(pred, np.float32),
+        )
 
 
 def _target_prob(row: np.ndarray, t: int, temperature: float) -> float:
@@ -120,8 +130,15 @@ def labels(rec: HeadRecord, lm_head: torch.nn.Module | None, temperature: float)
     return torch.minimum(torch.ones(()), rec.p_target / log_qprime.exp().clamp_min(1e-30))
 
 
-def head_loss(head: AcceptHead, feats: torch.Tensor, group: torch.Tensor, n_groups: int, label: torch.Tensor,
-              reject_weight: float = REJECT_WEIGHT, tokens: torch.Tensor | None = None) -> torch.Tensor:
+def head_loss(
+    head: AcceptHead,
+    feats: torch.Tensor,
+    group: torch.Tensor,
+    n_groups: int,
+    label: torch.Tensor,
+    reject_weight: float = REJECT_WEIGHT,
+    tokens: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Weighted BCE on P(target token accepted) = prod sigmoid(z) over its drafter sub-tokens
     (z includes each drafted token's bias when ``tokens`` is given)."""
     z = head(feats) if tokens is None else head.logits(feats, tokens)
@@ -143,9 +160,9 @@ class HeadTrainer:
     # within a short stream (a token's acceptance ranges from ~0.1 to ~0.95).
     bias_lr: float = 0.1
     reject_weight: float = REJECT_WEIGHT
-    steps: int = 8                 # head steps per joint update / per interleaved prompt
-    replay: int = 64               # interleaved: FIFO buffer size in prompts (paper's N)
-    batch: int = 8                 # interleaved: prompts per sampled batch (paper's B)
+    steps: int = 8  # head steps per joint update / per interleaved prompt
+    replay: int = 64  # interleaved: FIFO buffer size in prompts (paper's N)
+    batch: int = 8  # interleaved: prompts per sampled batch (paper's B)
     temperature: float = 0.0
     seed: int = 0
     lm_head: torch.nn.Module | None = None
@@ -154,9 +171,14 @@ class HeadTrainer:
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise InvalidArgument(f"unknown --head-variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
-        if not (self.lr > 0 and self.bias_lr > 0) or self.reject_weight <= 0 or min(self.steps, self.replay, self.batch) < 1:
-            raise InvalidArgument("--head-lr, the token-bias lr and --head-reject-weight must be > 0, "
-                                  "head steps/replay/batch >= 1")
+        if (
+            not (self.lr > 0 and self.bias_lr > 0)
+            or self.reject_weight <= 0
+            or min(self.steps, self.replay, self.batch) < 1
+        ):
+            raise InvalidArgument(
+                "--head-lr, the token-bias lr and --head-reject-weight must be > 0, head steps/replay/batch >= 1"
+            )
         mlp = [p for n, p in self.head.named_parameters() if n != "token_bias"]
         groups = [{"params": mlp, "lr": self.lr}]
         if self.head.token_bias is not None:
@@ -178,7 +200,9 @@ class HeadTrainer:
         with torch.no_grad():
             self.head.out.bias.fill_(math.log(per_token / (1.0 - per_token)))
         self.warm = True
-        self.losses.append({"warm_start": True, "mean_label": round(lab, 4), "bias": round(float(self.head.out.bias.detach()), 4)})
+        self.losses.append(
+            {"warm_start": True, "mean_label": round(lab, 4), "bias": round(float(self.head.out.bias.detach()), 4)}
+        )
 
     def step(self, records: list[HeadRecord], tag: dict | None = None, features_current: bool = True) -> float | None:
         """``features_current`` False (replayed records): step only what does not read the features,
@@ -239,8 +263,14 @@ def calibration(predicted: np.ndarray, observed: np.ndarray, bins: int = 10) -> 
         lo, hi = b / bins, (b + 1) / bins
         sel = (p >= lo) & ((p < hi) if b < bins - 1 else (p <= hi))
         if sel.any():
-            out.append({"bin": [round(lo, 3), round(hi, 3)], "count": int(sel.sum()),
-                        "predicted": round(float(p[sel].mean()), 4), "observed": round(float(o[sel].mean()), 4)})
+            out.append(
+                {
+                    "bin": [round(lo, 3), round(hi, 3)],
+                    "count": int(sel.sum()),
+                    "predicted": round(float(p[sel].mean()), 4),
+                    "observed": round(float(o[sel].mean()), 4),
+                }
+            )
     return out
 
 
@@ -300,10 +330,19 @@ def save_for(trainer: HeadTrainer, drafter_folder, info: dict | None = None) -> 
     from omnidraft.runtime.accept_head import drafter_identity
     from omnidraft.runtime.head_model import save_head
 
-    save_head(trainer.head, drafter_folder, drafter_identity(drafter_folder),
-              {**(info or {}), "variant": trainer.variant, "lr": trainer.lr, "bias_lr": trainer.bias_lr,
-               "reject_weight": trainer.reject_weight,
-               "head_updates": len(trainer.losses)})
+    save_head(
+        trainer.head,
+        drafter_folder,
+        drafter_identity(drafter_folder),
+        {
+            **(info or {}),
+            "variant": trainer.variant,
+            "lr": trainer.lr,
+            "bias_lr": trainer.bias_lr,
+            "reject_weight": trainer.reject_weight,
+            "head_updates": len(trainer.losses),
+        },
+    )
 
 
 def export_with_head(drafter_folder, folder, max_seq_len: int, quant: str = "fp32"):

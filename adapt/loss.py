@@ -44,14 +44,14 @@ LOSSES = ("hybrid", "dm", "hybrid-dynamic")
 
 @dataclass
 class Batch:
-    ids: torch.Tensor        # int64 [B, L]
-    dm_mask: torch.Tensor    # float32 [B, L]
-    topk_idx: torch.Tensor   # int64 [B, L, K]
+    ids: torch.Tensor  # int64 [B, L]
+    dm_mask: torch.Tensor  # float32 [B, L]
+    topk_idx: torch.Tensor  # int64 [B, L, K]
     topk_logp: torch.Tensor  # float32 [B, L, K]
-    tail: torch.Tensor       # float32 [B, L]
-    ng_mask: torch.Tensor    # float32 [B, L]
-    labels: torch.Tensor     # int64 [B, L]
-    lam: torch.Tensor        # float32 [1]
+    tail: torch.Tensor  # float32 [B, L]
+    ng_mask: torch.Tensor  # float32 [B, L]
+    labels: torch.Tensor  # int64 [B, L]
+    lam: torch.Tensor  # float32 [1]
 
     def inputs(self) -> tuple[torch.Tensor, ...]:
         return (self.ids, self.dm_mask, self.topk_idx, self.topk_logp, self.tail, self.ng_mask, self.labels, self.lam)
@@ -61,8 +61,9 @@ class Batch:
         return int(self.dm_mask.sum().item() + self.ng_mask.sum().item())
 
 
-def make_batch(records: list[Record], loss: str, k: int, batch_size: int | None = None,
-               seq_len: int | None = None, pad_id: int = 0) -> Batch:
+def make_batch(
+    records: list[Record], loss: str, k: int, batch_size: int | None = None, seq_len: int | None = None, pad_id: int = 0
+) -> Batch:
     """Right-pad records into one batch. Causal attention never lets a real token see the padding,
     so no attention mask is needed. A record longer than ``seq_len`` keeps its last ``seq_len``
     tokens (the loss rows sit at the end)."""
@@ -106,9 +107,17 @@ def make_batch(records: list[Record], loss: str, k: int, batch_size: int | None 
     return Batch(ids, dm, idx, logp, tail, ng, labels, lam)
 
 
-def hybrid_loss(logits: torch.Tensor, inter: torch.Tensor, dm_mask: torch.Tensor, topk_idx: torch.Tensor,
-                topk_logp: torch.Tensor, tail: torch.Tensor, ng_mask: torch.Tensor, labels: torch.Tensor,
-                lam: torch.Tensor) -> torch.Tensor:
+def hybrid_loss(
+    logits: torch.Tensor,
+    inter: torch.Tensor,
+    dm_mask: torch.Tensor,
+    topk_idx: torch.Tensor,
+    topk_logp: torch.Tensor,
+    tail: torch.Tensor,
+    ng_mask: torch.Tensor,
+    labels: torch.Tensor,
+    lam: torch.Tensor,
+) -> torch.Tensor:
     """Scalar loss from drafter logits [B, L, V]; ``inter`` = the intersection's drafter ids."""
     log_q = torch.log_softmax(logits.index_select(-1, inter), dim=-1)  # q' over the intersection
     q = log_q.exp()

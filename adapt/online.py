@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -32,24 +32,24 @@ from .loss import LOSSES
 
 @dataclass
 class AdaptConfig:
-    mode: str = "lora"            # "lora" | "full"
-    loss: str = "hybrid"          # "hybrid" | "dm"
+    mode: str = "lora"  # "lora" | "full"
+    loss: str = "hybrid"  # "hybrid" | "dm"
     rank: int = 32
-    every: int = 8                # prompts per update (= batch size)
+    every: int = 8  # prompts per update (= batch size)
     steps_per_update: int = 1
-    lr: float | None = None       # default: 1e-4 (LoRA) / 2e-5 (full)
-    engine: str = "executorch"    # LoRA gradients: "executorch" | "eager"
-    seq_len: int = 256            # drafter tokens per training row (fixed program shape)
+    lr: float | None = None  # default: 1e-4 (LoRA) / 2e-5 (full)
+    engine: str = "executorch"  # LoRA gradients: "executorch" | "eager"
+    seq_len: int = 256  # drafter tokens per training row (fixed program shape)
     max_new_tokens: int = 48
     draft_len: int = 4
     guard_window: int = 8
     guard_margin: float = 0.02
-    publish_every: int = 8        # updates between guarded publishes (and once at the end)
+    publish_every: int = 8  # updates between guarded publishes (and once at the end)
     export_formats: tuple[str, ...] = ()
     export_max_seq_len: int = 512
     top_k: int = TOP_K
     distill_temperature: float = 1.0  # temperature of the target distribution p in the KL term
-    splits: bool = True           # the loop may propose split drafter tokens; their labels join the NLL term
+    splits: bool = True  # the loop may propose split drafter tokens; their labels join the NLL term
     seed: int = 0
     # Adaptive drafting (issue #6): draft_len "auto" decodes with the acceptance head; train_head
     # trains it online (joint or interleaved); loss "none" keeps the drafter frozen (head only).
@@ -63,7 +63,7 @@ class AdaptConfig:
     head_steps: int = 8
     head_replay: int = 64
     head_batch: int = 8
-    tune_gamma: bool = False      # auto: tune gamma and K_max online from measured costs (runtime.gamma)
+    tune_gamma: bool = False  # auto: tune gamma and K_max online from measured costs (runtime.gamma)
 
     def validate(self) -> None:
         if self.mode not in ("lora", "full"):
@@ -79,12 +79,26 @@ class AdaptConfig:
             from .head import VARIANTS
 
             if self.head_variant not in VARIANTS:
-                raise InvalidArgument(f"unknown --head-variant {self.head_variant!r}; choose one of {', '.join(VARIANTS)}")
-            if not (self.head_lr > 0 and self.head_bias_lr > 0 and self.head_reject_weight > 0) or min(self.head_steps, self.head_replay,
-                                                                              self.head_batch) < 1:
-                raise InvalidArgument("--head-lr, --head-bias-lr and --head-reject-weight must be > 0, --head-steps/--head-replay/"
-                                      "--head-batch >= 1")
-        for name in ("every", "steps_per_update", "seq_len", "max_new_tokens", "guard_window", "publish_every", "top_k"):
+                raise InvalidArgument(
+                    f"unknown --head-variant {self.head_variant!r}; choose one of {', '.join(VARIANTS)}"
+                )
+            if (
+                not (self.head_lr > 0 and self.head_bias_lr > 0 and self.head_reject_weight > 0)
+                or min(self.head_steps, self.head_replay, self.head_batch) < 1
+            ):
+                raise InvalidArgument(
+                    "--head-lr, --head-bias-lr and --head-reject-weight must be > 0, --head-steps/--head-replay/"
+                    "--head-batch >= 1"
+                )
+        for name in (
+            "every",
+            "steps_per_update",
+            "seq_len",
+            "max_new_tokens",
+            "guard_window",
+            "publish_every",
+            "top_k",
+        ):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if self.lr is not None and not self.lr > 0:
@@ -97,7 +111,7 @@ class AdaptConfig:
 
 @dataclass
 class StreamLog:
-    acceptance: list[float] = field(default_factory=list)   # per prompt, as decoded live
+    acceptance: list[float] = field(default_factory=list)  # per prompt, as decoded live
     accepted: list[int] = field(default_factory=list)
     proposed: list[int] = field(default_factory=list)
     losses: list[dict] = field(default_factory=list)
@@ -125,8 +139,10 @@ class OnlineAdapter:
         self.cache_path = self.dir / "ngram_cache.json"
         self.decoder = open_pair(Path(target), self.drafter_path, cache_path=self.cache_path)
         if self.decoder.drafter.source != "hf":
-            raise InvalidArgument(f"--drafter {drafter} is an export folder; adaptation trains the HF weights, "
-                                  "pass the drafter's Hugging Face folder (exports are re-lowered from it)")
+            raise InvalidArgument(
+                f"--drafter {drafter} is an export folder; adaptation trains the HF weights, "
+                "pass the drafter's Hugging Face folder (exports are re-lowered from it)"
+            )
         base = self.decoder.drafter.backend.model
         self.model = base
         self.resumed = False
@@ -137,14 +153,37 @@ class OnlineAdapter:
                 self.resumed = True
         vocab = self.decoder.vocab
         pad = int(self.decoder.drafter.codec.start_ids[0]) if self.decoder.drafter.codec.start_ids else 0
-        self.trainer = Trainer(self.model, vocab.drafter_ids, cfg.mode, cfg.loss, cfg.engine, cfg.lr,
-                               cfg.every, cfg.seq_len, min(cfg.top_k, vocab.size), pad)
-        self.collector = Collector(self.decoder.drafter.codec, self.decoder.target.codec, vocab,
-                                   k=cfg.top_k, temperature=cfg.distill_temperature, splits=cfg.splits,
-                                   token_probs=cfg.loss == "hybrid-dynamic")
-        self.dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, draft_len=cfg.draft_len,
-                                 mode="ngram", seed=cfg.seed, gamma=cfg.gamma, max_draft_len=cfg.max_draft_len,
-                                 splits=cfg.splits)
+        self.trainer = Trainer(
+            self.model,
+            vocab.drafter_ids,
+            cfg.mode,
+            cfg.loss,
+            cfg.engine,
+            cfg.lr,
+            cfg.every,
+            cfg.seq_len,
+            min(cfg.top_k, vocab.size),
+            pad,
+        )
+        self.collector = Collector(
+            self.decoder.drafter.codec,
+            self.decoder.target.codec,
+            vocab,
+            k=cfg.top_k,
+            temperature=cfg.distill_temperature,
+            splits=cfg.splits,
+            token_probs=cfg.loss == "hybrid-dynamic",
+        )
+        self.dcfg = DecodeConfig(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=0.0,
+            draft_len=cfg.draft_len,
+            mode="ngram",
+            seed=cfg.seed,
+            gamma=cfg.gamma,
+            max_draft_len=cfg.max_draft_len,
+            splits=cfg.splits,
+        )
         self.head = self.head_collector = None
         self._last_head = None
         self.gamma_ctl = None
@@ -159,10 +198,19 @@ class OnlineAdapter:
             drf = self.decoder.drafter.backend
             module = initial_head(drf, self.dir / "drafter", self.resumed)
             drf.attach_head(module)
-            self.head = HeadTrainer(module, cfg.head_variant, lr=cfg.head_lr, bias_lr=cfg.head_bias_lr,
-                                    reject_weight=cfg.head_reject_weight, steps=cfg.head_steps,
-                                    replay=cfg.head_replay, batch=cfg.head_batch, temperature=self.dcfg.temperature,
-                                    seed=cfg.seed, lm_head=base.get_output_embeddings())
+            self.head = HeadTrainer(
+                module,
+                cfg.head_variant,
+                lr=cfg.head_lr,
+                bias_lr=cfg.head_bias_lr,
+                reject_weight=cfg.head_reject_weight,
+                steps=cfg.head_steps,
+                replay=cfg.head_replay,
+                batch=cfg.head_batch,
+                temperature=self.dcfg.temperature,
+                seed=cfg.seed,
+                lm_head=base.get_output_embeddings(),
+            )
             self.head_collector = HeadCollector(drf, self.dcfg.temperature)
         self.initial = self.trainer.snapshot()
         self.initial_cache = self._cache_copy()
@@ -186,9 +234,11 @@ class OnlineAdapter:
             def on_verified(tokens, rows):
                 self.collector.on_verified(tokens, rows)
                 hc.on_verified(tokens, rows)
+
         try:
-            r = self.decoder.generate(prompt, self.dcfg, on_verified=on_verified,
-                                      trace=hc is not None or self.gamma_ctl is not None)
+            r = self.decoder.generate(
+                prompt, self.dcfg, on_verified=on_verified, trace=hc is not None or self.gamma_ctl is not None
+            )
         except ContextOverflow:
             self.log.skipped_prompts += 1
             return None
@@ -253,8 +303,16 @@ class OnlineAdapter:
         self.updates += 1
         for s in range(self.cfg.steps_per_update if self.cfg.loss != "none" else 0):
             res = self.trainer.step(records, self.updates)
-            self.log.losses.append({"update": self.updates, "step": s, "loss": res.loss, "applied": res.applied,
-                                    "positions": res.positions, "engine": self.trainer.engine})
+            self.log.losses.append(
+                {
+                    "update": self.updates,
+                    "step": s,
+                    "loss": res.loss,
+                    "applied": res.applied,
+                    "positions": res.positions,
+                    "engine": self.trainer.engine,
+                }
+            )
             if not res.applied:
                 break
         if self.head is not None:
@@ -271,14 +329,22 @@ class OnlineAdapter:
                 new = measure(self.decoder, window, self.dcfg).acceptance
                 self.trainer.restore(self.published)
                 old = measure(self.decoder, window, self.dcfg).acceptance
-                event = {"event": "guard", "update": self.updates, "window": len(window),
-                         "acceptance_new": round(new, 4), "acceptance_previous": round(old, 4)}
+                event = {
+                    "event": "guard",
+                    "update": self.updates,
+                    "window": len(window),
+                    "acceptance_new": round(new, 4),
+                    "acceptance_previous": round(old, 4),
+                }
                 if new < old - self.cfg.guard_margin:
                     event["action"] = "rolled-back"
                     self.trainer.reset_optimizer()
                     self.log.events.append(event)
-                    print(f"note: update {self.updates}: window acceptance {new:.3f} < previous {old:.3f} - "
-                          f"{self.cfg.guard_margin}; delta rolled back", file=sys.stderr)
+                    print(
+                        f"note: update {self.updates}: window acceptance {new:.3f} < previous {old:.3f} - "
+                        f"{self.cfg.guard_margin}; delta rolled back",
+                        file=sys.stderr,
+                    )
                     if not final:
                         return False
                     cand = self.published  # still write the cache and the (previous) drafter
@@ -313,13 +379,16 @@ class OnlineAdapter:
                 path = export_with_head(self.dir / "drafter", self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len)
                 out[fmt] = str(path)
                 continue
-            path = delta.export_merged(self.dir / "drafter", fmt, self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len)
+            path = delta.export_merged(
+                self.dir / "drafter", fmt, self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len
+            )
             out[fmt] = str(path)
         return out
 
     # -- evaluation ---------------------------------------------------------------------------
-    def evaluate(self, prompts: list[str], weights: dict[str, torch.Tensor], cache, progress=None,
-                 draft_len: int | None = None) -> Measure:
+    def evaluate(
+        self, prompts: list[str], weights: dict[str, torch.Tensor], cache, progress=None, draft_len: int | None = None
+    ) -> Measure:
         """Held-out acceptance of ``weights`` + ``cache`` (a copy is decoded), at the run's K or ``draft_len``."""
         live_w, live_c = self.trainer.snapshot(), self.decoder.cache
         dcfg = self.dcfg if draft_len is None else replace(self.dcfg, draft_len=draft_len)

@@ -24,10 +24,16 @@ def cumulative_acceptance(accepted: list[int], proposed: list[int]) -> np.ndarra
     return np.divide(a, p, out=np.zeros_like(a), where=p > 0)
 
 
-
-
-def plot(path: Path, accepted: list[int], proposed: list[int], every: int, title: str,
-         before: float | None = None, after: float | None = None, window: int = 32) -> None:
+def plot(
+    path: Path,
+    accepted: list[int],
+    proposed: list[int],
+    every: int,
+    title: str,
+    before: float | None = None,
+    after: float | None = None,
+    window: int = 32,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,32 +63,47 @@ def plot(path: Path, accepted: list[int], proposed: list[int], every: int, title
 def markdown(report: dict) -> str:
     ev = report.get("eval") or {}
     cfg = report["config"]
-    lines = [f"# omnidraft adapt: {report['stream']} ({cfg['mode']}, loss {cfg['loss']}, engine {report['engine']})", ""]
+    lines = [
+        f"# omnidraft adapt: {report['stream']} ({cfg['mode']}, loss {cfg['loss']}, engine {report['engine']})",
+        "",
+    ]
     if ev.get("before") or ev.get("after"):
-        lines += ["| split | drafter | n-gram cache | prompts | acceptance | tokens/step | n-gram hits |",
-                  "|---|---|---|---:|---:|---:|---:|"]
+        lines += [
+            "| split | drafter | n-gram cache | prompts | acceptance | tokens/step | n-gram hits |",
+            "|---|---|---|---:|---:|---:|---:|",
+        ]
     names = {"before": ("base", "fresh"), "cache_only": ("base", "after stream"), "after": ("adapted", "after stream")}
     for key, (drf, cache) in names.items():
         m = ev.get(key)
         if m:
-            lines.append(f"| {ev.get('split', 'test')} | {drf} | {cache} | {m['prompts']} | {m['acceptance']:.4f} | "
-                         f"{m['tokens_per_step']:.3f} | {m['ngram_hits']} |")
+            lines.append(
+                f"| {ev.get('split', 'test')} | {drf} | {cache} | {m['prompts']} | {m['acceptance']:.4f} | "
+                f"{m['tokens_per_step']:.3f} | {m['ngram_hits']} |"
+            )
     if "before" in ev and "after" in ev:
         lift = f"Lift: {ev['after']['acceptance'] - ev['before']['acceptance']:+.4f} acceptance"
         if "cache_only" in ev:
             lift += f" (adapted vs base drafter, same cache: {ev['after']['acceptance'] - ev['cache_only']['acceptance']:+.4f})"
         lines += ["", lift]
     if ev.get("by_draft_len"):
-        lines += ["", "Held-out acceptance at each fixed draft length K (base drafter with a fresh cache, base drafter "
-                  "with the stream's cache, adapted drafter with it):", "",
-                  "| K | base, fresh cache | base, stream cache | adapted | lift |", "|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "Held-out acceptance at each fixed draft length K (base drafter with a fresh cache, base drafter "
+            "with the stream's cache, adapted drafter with it):",
+            "",
+            "| K | base, fresh cache | base, stream cache | adapted | lift |",
+            "|---:|---:|---:|---:|---:|",
+        ]
         for k, row in ev["by_draft_len"].items():
             b, c, a = (row[x]["acceptance"] for x in ("before", "cache_only", "after"))
             lines.append(f"| {k} | {b:.4f} | {c:.4f} | {a:.4f} | {a - b:+.4f} |")
     s = report["stream_summary"]
-    lines += ["", f"Stream: {s['prompts']} prompts, {s['updates']} updates ({s['skipped_updates']} skipped), "
-                  f"acceptance first/last quarter {s['first_quarter']:.4f} / {s['last_quarter']:.4f}, "
-                  f"rollbacks {s['rollbacks']}."]
+    lines += [
+        "",
+        f"Stream: {s['prompts']} prompts, {s['updates']} updates ({s['skipped_updates']} skipped), "
+        f"acceptance first/last quarter {s['first_quarter']:.4f} / {s['last_quarter']:.4f}, "
+        f"rollbacks {s['rollbacks']}.",
+    ]
     if "greedy_identical" in ev:
         g = ev["greedy_identical"]
         lines.append(f"Greedy output equals target-only greedy on {g['same']}/{g['checked']} test prompts.")
@@ -92,11 +113,20 @@ def markdown(report: dict) -> str:
 def write(out: Path, report: dict, accepted: list[int], proposed: list[int], every: int) -> dict[str, str]:
     out.mkdir(parents=True, exist_ok=True)
     ev = report.get("eval") or {}
-    title = (f"{report['stream']}: {report['config']['mode']} / {report['config']['loss']} "
-             f"({len(accepted)} prompts, update every {every})")
+    title = (
+        f"{report['stream']}: {report['config']['mode']} / {report['config']['loss']} "
+        f"({len(accepted)} prompts, update every {every})"
+    )
     png = out / "acceptance.png"
-    plot(png, accepted, proposed, every, title, (ev.get("before") or {}).get("acceptance"),
-         (ev.get("after") or {}).get("acceptance"))
+    plot(
+        png,
+        accepted,
+        proposed,
+        every,
+        title,
+        (ev.get("before") or {}).get("acceptance"),
+        (ev.get("after") or {}).get("acceptance"),
+    )
     paths = {"json": str(out / "report.json"), "markdown": str(out / "report.md"), "png": str(png)}
     report = {**report, "files": paths}
     write_bytes(out / "report.json", json.dumps(report, indent=1).encode())

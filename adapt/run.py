@@ -23,7 +23,9 @@ def load_prompts(stream: str, split: str, limit: int | None) -> list[str]:
             return []  # a user file has no held-out split
         items = streams.load_stream_file(stream)
     else:
-        raise InvalidArgument(f"unknown stream {stream!r}; use one of {', '.join(streams.STREAMS)} or a JSONL file path")
+        raise InvalidArgument(
+            f"unknown stream {stream!r}; use one of {', '.join(streams.STREAMS)} or a JSONL file path"
+        )
     if limit is not None:
         if limit < 1:
             raise InvalidArgument(f"prompt limits must be >= 1 (got {limit})")
@@ -31,14 +33,18 @@ def load_prompts(stream: str, split: str, limit: int | None) -> list[str]:
     return [p.prompt for p in items]
 
 
-def _by_draft_len(ad: OnlineAdapter, test: list[str], final_cache, draft_lens: tuple[int, ...],
-                  progress: bool) -> dict[str, dict]:
+def _by_draft_len(
+    ad: OnlineAdapter, test: list[str], final_cache, draft_lens: tuple[int, ...], progress: bool
+) -> dict[str, dict]:
     out = {}
     with _bar(3 * len(draft_lens) * len(test), "eval per K", progress) as bar:
         for k in draft_lens:
             row = {}
-            for key, weights, cache in (("before", ad.initial, ad.initial_cache), ("cache_only", ad.initial, final_cache),
-                                        ("after", ad.published, final_cache)):
+            for key, weights, cache in (
+                ("before", ad.initial, ad.initial_cache),
+                ("cache_only", ad.initial, final_cache),
+                ("after", ad.published, final_cache),
+            ):
                 row[key] = ad.evaluate(test, weights, cache, progress=lambda m: bar.update(1), draft_len=k).summary()
             out[str(k)] = row
     return out
@@ -50,9 +56,20 @@ def _bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, file=sys.stderr, disable=not enabled, dynamic_ncols=True)
 
 
-def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: AdaptConfig, state: Path | None = None,
-                 train_limit: int | None = None, eval_split: str | None = "test", eval_limit: int | None = None,
-                 greedy_check: int = 8, progress: bool = True, eval_draft_lens: tuple[int, ...] = ()) -> dict:
+def adapt_stream(
+    drafter: Path,
+    target: Path,
+    stream: str,
+    out: Path,
+    cfg: AdaptConfig,
+    state: Path | None = None,
+    train_limit: int | None = None,
+    eval_split: str | None = "test",
+    eval_limit: int | None = None,
+    greedy_check: int = 8,
+    progress: bool = True,
+    eval_draft_lens: tuple[int, ...] = (),
+) -> dict:
     """``eval_draft_lens``: also measure held-out acceptance before/after at each of these fixed K
     (acceptance per proposed token falls with K, so a lift is only comparable at the same K)."""
     t_start = time.perf_counter()
@@ -66,8 +83,12 @@ def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: Adapt
     ev: dict = {"split": eval_split} if test else {}
     if test:
         with _bar(len(test), "eval before", progress) as bar:
-            ev["before"] = ad.evaluate(test, ad.initial, ad.initial_cache,
-                                       progress=lambda m: (bar.update(1), bar.set_postfix(acc=f"{m.acceptance:.3f}"))).summary()
+            ev["before"] = ad.evaluate(
+                test,
+                ad.initial,
+                ad.initial_cache,
+                progress=lambda m: (bar.update(1), bar.set_postfix(acc=f"{m.acceptance:.3f}")),
+            ).summary()
     with _bar(len(train), f"adapt {stream}", progress) as bar:
         acc, prop = [0], [0]
 
@@ -83,17 +104,26 @@ def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: Adapt
     if test:
         final_cache = ad._cache_copy()
         with _bar(len(test), "eval after", progress) as bar:
-            after = ad.evaluate(test, ad.published, final_cache,
-                                progress=lambda m: (bar.update(1), bar.set_postfix(acc=f"{m.acceptance:.3f}")))
+            after = ad.evaluate(
+                test,
+                ad.published,
+                final_cache,
+                progress=lambda m: (bar.update(1), bar.set_postfix(acc=f"{m.acceptance:.3f}")),
+            )
         ev["after"] = after.summary()
         with _bar(len(test), "eval cache only", progress) as bar:
-            ev["cache_only"] = ad.evaluate(test, ad.initial, final_cache,
-                                           progress=lambda m: (bar.update(1), bar.set_postfix(acc=f"{m.acceptance:.3f}"))).summary()
+            ev["cache_only"] = ad.evaluate(
+                test,
+                ad.initial,
+                final_cache,
+                progress=lambda m: (bar.update(1), bar.set_postfix(acc=f"{m.acceptance:.3f}")),
+            ).summary()
         if eval_draft_lens:
             ev["by_draft_len"] = _by_draft_len(ad, test, final_cache, eval_draft_lens, progress)
         if greedy_check:
-            from .guard import measure
             from omnidraft.runtime.speculative import DecodeConfig
+
+            from .guard import measure
 
             tcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, mode="target-only")
             ref = measure(ad.decoder, test[:greedy_check], tcfg)
@@ -107,38 +137,62 @@ def adapt_stream(drafter: Path, target: Path, stream: str, out: Path, cfg: Adapt
 
     skipped = sum(1 for e in log.events if e.get("event") == "skipped-update")
     result = {
-        "stream": stream, "drafter": str(drafter), "target": str(target), "state": str(ad.dir),
-        "target_id": ad.ident.target_id, "resumed_adapter": ad.resumed, "engine": ad.trainer.engine,
-        "config": ad.config_dict(), "lr": ad.trainer.lr,
+        "stream": stream,
+        "drafter": str(drafter),
+        "target": str(target),
+        "state": str(ad.dir),
+        "target_id": ad.ident.target_id,
+        "resumed_adapter": ad.resumed,
+        "engine": ad.trainer.engine,
+        "config": ad.config_dict(),
+        "lr": ad.trainer.lr,
         "stream_summary": {
-            "prompts": n, "skipped_prompts": log.skipped_prompts, "updates": ad.updates, "skipped_updates": skipped,
+            "prompts": n,
+            "skipped_prompts": log.skipped_prompts,
+            "updates": ad.updates,
+            "skipped_updates": skipped,
             "acceptance": round(_rate(log.accepted, log.proposed), 4),
             "first_quarter": round(_rate(log.accepted[:q], log.proposed[:q]), 4),
             "last_quarter": round(_rate(log.accepted[-q:], log.proposed[-q:]), 4),
             "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
-            "dm_positions": log.dm_positions, "ngram_positions": log.ngram_positions,
+            "dm_positions": log.dm_positions,
+            "ngram_positions": log.ngram_positions,
             "buffer_bytes": log.buffer_bytes,
             "mean_topk_mass": round(sum(log.topk_mass) / len(log.topk_mass), 4) if log.topk_mass else None,
             "ngram_cache_entries": len(ad.decoder.cache) if ad.decoder.cache is not None else 0,
         },
         "per_prompt": {"accepted": log.accepted, "proposed": log.proposed},
-        "losses": log.losses, "events": log.events, "eval": ev, "exports": exports,
-        "seconds": {"decode": round(log.decode_seconds, 1), "train": round(log.train_seconds, 1),
-                    "publish": round(log.publish_seconds, 1), "total": round(time.perf_counter() - t_start, 1)},
+        "losses": log.losses,
+        "events": log.events,
+        "eval": ev,
+        "exports": exports,
+        "seconds": {
+            "decode": round(log.decode_seconds, 1),
+            "train": round(log.train_seconds, 1),
+            "publish": round(log.publish_seconds, 1),
+            "total": round(time.perf_counter() - t_start, 1),
+        },
     }
     if ad.head is not None:
-        from .head import calibration, plot_calibration
-
         import numpy as np
 
+        from .head import calibration, plot_calibration
+
         cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))
-        result["head"] = {"variant": cfg.head_variant, "updates": sum("loss" in x for x in ad.head.losses),
-                          "losses": ad.head.losses,
-                          "calibration": cal, "observed_target_tokens": len(log.head_observed),
-                          "file": str(ad.dir / "drafter" / "head.json")}
+        result["head"] = {
+            "variant": cfg.head_variant,
+            "updates": sum("loss" in x for x in ad.head.losses),
+            "losses": ad.head.losses,
+            "calibration": cal,
+            "observed_target_tokens": len(log.head_observed),
+            "file": str(ad.dir / "drafter" / "head.json"),
+        }
         out.mkdir(parents=True, exist_ok=True)
-        if plot_calibration({stream: {f"{cfg.head_variant} (during the stream)": cal}}, out / "calibration.png",
-                            "acceptance head calibration"):
+        if plot_calibration(
+            {stream: {f"{cfg.head_variant} (during the stream)": cal}},
+            out / "calibration.png",
+            "acceptance head calibration",
+        ):
             result["head"]["plot"] = str(out / "calibration.png")
     result["files"] = reporting.write(out, result, log.accepted, log.proposed, cfg.every)
     return result

@@ -28,12 +28,26 @@ if TYPE_CHECKING:
 # 16 test prompts (`omnidraft adapt --stream math --train-limit 64 --eval-limit 16 ...`): full FT at
 # 1e-3 x 8 steps 0.010 -> 0.090; LoRA at 2e-3 x 2 steps 0.011 -> 0.040; LoRA at 5e-3 x 8 steps fell to 0.004.
 FULL = {"mode": "full", "lr": 1e-3, "steps_per_update": 8, "distill_temperature": 0.1, "engine": "eager"}
-METHODS = {"l-dm": {**FULL, "loss": "dm"},
-           "hybrid": {**FULL, "loss": "hybrid"},
-           "hybrid+lora": {"mode": "lora", "loss": "hybrid", "rank": 32, "lr": 1e-3, "steps_per_update": 8,
-                           "distill_temperature": 0.1},
-           "hybrid+adaptive": {**FULL, "loss": "hybrid", "train_head": True, "draft_len": "auto",
-                               "head_variant": "interleaved", "tune_gamma": True}}
+METHODS = {
+    "l-dm": {**FULL, "loss": "dm"},
+    "hybrid": {**FULL, "loss": "hybrid"},
+    "hybrid+lora": {
+        "mode": "lora",
+        "loss": "hybrid",
+        "rank": 32,
+        "lr": 1e-3,
+        "steps_per_update": 8,
+        "distill_temperature": 0.1,
+    },
+    "hybrid+adaptive": {
+        **FULL,
+        "loss": "hybrid",
+        "train_head": True,
+        "draft_len": "auto",
+        "head_variant": "interleaved",
+        "tune_gamma": True,
+    },
+}
 NEEDS = ("OnlineAdapter", "AdaptConfig")
 
 
@@ -59,7 +73,7 @@ def replayable(method: str) -> bool:
     return method in METHODS and unavailable_reason() is None
 
 
-def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_len: int, target: Path) -> dict:
+def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len: int, target: Path) -> dict:
     """Adapt once per (stream, method) and remember where the merged drafter and cache are.
 
     ``target`` is the deployed target (the bench backend's export): the drafter learns the tokens the
@@ -77,33 +91,54 @@ def _pass(bench: "Bench", stream: str, method: str, prompts: list[str], draft_le
         over["lr"] = s.adapt_lr
     if over.get("train_head"):
         over["gamma"] = s.gamma
-    cfg = mod.AdaptConfig(max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len),
-                          splits=s.splits, **over)
+    cfg = mod.AdaptConfig(
+        max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len), splits=s.splits, **over
+    )
     state = s.out / "state" / "adapt" / f"{stream}.{method}"
     shutil.rmtree(state, ignore_errors=True)  # the bench's own scratch: never resume an old adapter
     ad = mod.OnlineAdapter(bench.pair.drafter, target, state, cfg)
-    bar = tqdm(total=len(prompts), desc=f"{stream}: adapt {method}", file=sys.stderr, disable=not bench.progress,
-               leave=False, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(prompts),
+        desc=f"{stream}: adapt {method}",
+        file=sys.stderr,
+        disable=not bench.progress,
+        leave=False,
+        dynamic_ncols=True,
+    )
     try:
         log = ad.run(prompts, lambda i, rec: bar.update(1))
     finally:
         bar.close()
     acc, prop = sum(log.accepted), sum(log.proposed)
     done[(stream, method)] = info = {
-        "drafter": ad.dir / "drafter", "cache": ad.cache_path if Path(ad.cache_path).is_file() else None,
-        "summary": {"train_prompts": len(log.acceptance), "updates": ad.updates, "engine": ad.trainer.engine,
-                    "stream_acceptance": round(acc / prop, 4) if prop else None,
-                    "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
-                    "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
-                    **{k: v for k, v in METHODS[method].items()}, "lr": over["lr"]}}
+        "drafter": ad.dir / "drafter",
+        "cache": ad.cache_path if Path(ad.cache_path).is_file() else None,
+        "summary": {
+            "train_prompts": len(log.acceptance),
+            "updates": ad.updates,
+            "engine": ad.trainer.engine,
+            "stream_acceptance": round(acc / prop, 4) if prop else None,
+            "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
+            "decode_seconds": round(log.decode_seconds, 1),
+            "train_seconds": round(log.train_seconds, 1),
+            **{k: v for k, v in METHODS[method].items()},
+            "lr": over["lr"],
+        },
+    }
     if getattr(ad, "gamma_ctl", None) is not None:
         info["summary"]["gamma_after"] = round(ad.gamma_ctl.gamma, 4)
         info["summary"]["k_max_after"] = ad.gamma_ctl.k_max
     return info
 
 
-def for_backend(bench: "Bench", eng: "Engine", stream: str, method: str, prompts: list[str] | None = None,
-                draft_len: int | None = None):
+def for_backend(
+    bench: Bench,
+    eng: Engine,
+    stream: str,
+    method: str,
+    prompts: list[str] | None = None,
+    draft_len: int | None = None,
+):
     """(drafter LoadedModel for ``eng``'s backend, a fresh copy of the pass's cache); adapts on first use."""
     from omnidraft.bench.bundled import drafter_export
     from omnidraft.bench.demo import BACKENDS
@@ -115,14 +150,24 @@ def for_backend(bench: "Bench", eng: "Engine", stream: str, method: str, prompts
     from omnidraft.runtime.accept_head import HEAD_JSON
 
     head = folder if (folder / HEAD_JSON).is_file() else None  # ONNX drafters carry it in the graph
-    path = folder if fmt is None else drafter_export(folder, fmt, quant, bench.s.max_seq_len, bench.progress,
-                                                     accept_head=head if fmt == "onnx" else None,
-                                                     draft_vocab=bench.s.draft_vocab)
+    path = (
+        folder
+        if fmt is None
+        else drafter_export(
+            folder,
+            fmt,
+            quant,
+            bench.s.max_seq_len,
+            bench.progress,
+            accept_head=head if fmt == "onnx" else None,
+            draft_vocab=bench.s.draft_vocab,
+        )
+    )
     cache = eng.load_cache(Path(info["cache"])) if info["cache"] else eng.new_cache()
     return load_drafter(path), cache
 
 
-def adapt(bench: "Bench", eng: "Engine", stream: str, method: str, train, draft_len: int):
+def adapt(bench: Bench, eng: Engine, stream: str, method: str, train, draft_len: int):
     """Run the adaptation pass over the train prompts; returns (drafter, cache, summary) for ``eng``."""
     k_max = max(bench.s.sweep_ks)
     prompts = [p.prompt for p in train if eng.fits(p.prompt, bench.s.max_new_tokens, k_max)][: bench.s.adapt_prompts]

@@ -37,21 +37,21 @@ class AdaptiveSettings:
     pair: str = "bundled"
     streams: tuple[str, ...] = STREAMS
     backend: str = "ort"
-    prompts: int = 12             # held-out test prompts per stream
-    train_prompts: int = 48       # train prompts of each head-training pass
+    prompts: int = 12  # held-out test prompts per stream
+    train_prompts: int = 48  # train prompts of each head-training pass
     max_new_tokens: int = 48
     ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
     variants: tuple[str, ...] = VARIANTS
-    loss: str = "none"            # "none": head only | "hybrid" | "dm": distil the drafter as well
+    loss: str = "none"  # "none": head only | "hybrid" | "dm": distil the drafter as well
     gamma: float = 0.5
     tune_gamma: bool = True
-    allow_off: bool = True        # the tuned controller may turn drafting off (runtime/gamma.py)
+    allow_off: bool = True  # the tuned controller may turn drafting off (runtime/gamma.py)
     max_draft_len: int = 16
     every: int = 8
     head_steps: int = 8
     head_lr: float = 1e-3
     head_bias_lr: float = 0.1
-    head_replay: int = 64         # interleaved: FIFO replay buffer, in prompts
+    head_replay: int = 64  # interleaved: FIFO replay buffer, in prompts
     max_seq_len: int = 512
     threads: int | None = 1
     out: Path = Path("reports/adaptive")
@@ -63,14 +63,20 @@ class AdaptiveSettings:
         if self.backend not in BACKENDS:
             raise InvalidArgument(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.backend == "executorch":
-            raise InvalidArgument("--backend executorch: ExecuTorch drafters do not carry an acceptance head yet; "
-                                  "use --backend ort or torch")
+            raise InvalidArgument(
+                "--backend executorch: ExecuTorch drafters do not carry an acceptance head yet; "
+                "use --backend ort or torch"
+            )
         bad = [x for x in self.streams if x not in STREAMS]
         if bad or not self.streams:
-            raise InvalidArgument(f"unknown stream {', '.join(bad) or '(none given)'}; choose from {', '.join(STREAMS)}")
+            raise InvalidArgument(
+                f"unknown stream {', '.join(bad) or '(none given)'}; choose from {', '.join(STREAMS)}"
+            )
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise InvalidArgument(f"unknown head variant {', '.join(bad) or '(none given)'}; choose from {', '.join(VARIANTS)}")
+            raise InvalidArgument(
+                f"unknown head variant {', '.join(bad) or '(none given)'}; choose from {', '.join(VARIANTS)}"
+            )
         if self.loss not in ("none", "hybrid", "dm"):
             raise InvalidArgument(f"unknown --loss {self.loss!r}; choose none, hybrid or dm")
         for name in ("prompts", "train_prompts", "max_new_tokens", "every", "max_seq_len", "head_steps", "head_replay"):
@@ -80,8 +86,10 @@ class AdaptiveSettings:
             raise InvalidArgument("every fixed K of --draft-lens must be >= 1")
         validate_adaptive("auto", self.gamma, self.max_draft_len)
         if self.tune_gamma and not 0.05 <= self.gamma <= 0.95:
-            raise InvalidArgument(f"--gamma must be within [0.05, 0.95] when it is tuned online (got {self.gamma}); "
-                                  "add --fixed-gamma to keep it fixed")
+            raise InvalidArgument(
+                f"--gamma must be within [0.05, 0.95] when it is tuned online (got {self.gamma}); "
+                "add --fixed-gamma to keep it fixed"
+            )
         if not (self.head_lr > 0 and self.head_bias_lr > 0):
             raise InvalidArgument(f"--head-lr and --head-bias-lr must be > 0 (got {self.head_lr}, {self.head_bias_lr})")
         if self.threads is not None and self.threads < 1:
@@ -105,7 +113,7 @@ def _observed(result) -> tuple[list[float], list[float]]:
 @dataclass
 class _Pass:
     variant: str
-    drafter: Path                 # merged drafter folder (head.json beside it)
+    drafter: Path  # merged drafter folder (head.json beside it)
     cache: Path | None
     summary: dict = field(default_factory=dict)
 
@@ -113,11 +121,21 @@ class _Pass:
 class AdaptiveBench:
     def __init__(self, s: AdaptiveSettings, progress: bool = True) -> None:
         self.s, self.progress = s, progress
-        self.report: dict = {"schema": "omnidraft.bench_adaptive", "schema_version": 1, "interrupted": False,
-                             "meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                                      "settings": {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple)
-                                                       else v) for k, v in asdict(s).items()}},
-                             "streams": [], "checks": [], "plots": []}
+        self.report: dict = {
+            "schema": "omnidraft.bench_adaptive",
+            "schema_version": 1,
+            "interrupted": False,
+            "meta": {
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "settings": {
+                    k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+                    for k, v in asdict(s).items()
+                },
+            },
+            "streams": [],
+            "checks": [],
+            "plots": [],
+        }
         self.calibration: dict[str, dict[str, list[dict]]] = {}  # stream -> curve -> bins
 
     def run(self) -> dict:
@@ -129,8 +147,11 @@ class AdaptiveBench:
         self.report["meta"]["threads"] = set_threads(s.threads)
         d_path, t_path = self.pair.paths(s.backend, s.max_seq_len, self.progress)
         self.eng = Engine(s.backend, d_path, t_path, s.threads)
-        self.report["meta"]["pair"] = {"name": self.pair.name, "drafter": str(self.pair.drafter),
-                                       "target": str(self.pair.target)}
+        self.report["meta"]["pair"] = {
+            "name": self.pair.name,
+            "drafter": str(self.pair.drafter),
+            "target": str(self.pair.target),
+        }
         try:
             for name in s.streams:
                 self.report["streams"].append(self.stream(name))
@@ -154,18 +175,34 @@ class AdaptiveBench:
         # Distilling the drafter too: the bench's short-stream settings (the paper's lr and one step per
         # update barely move the drafter in a few dozen prompts; see bench/adapted.py).
         distill = {**FULL, "loss": s.loss} if s.loss != "none" else {"mode": "full", "loss": "none", "engine": "eager"}
-        cfg = AdaptConfig(every=s.every, max_new_tokens=s.max_new_tokens,
-                          draft_len="auto", gamma=s.gamma, max_draft_len=s.max_draft_len, train_head=True,
-                          head_variant=variant, tune_gamma=s.tune_gamma, head_steps=s.head_steps, head_lr=s.head_lr,
-                          head_bias_lr=s.head_bias_lr, head_replay=s.head_replay,
-                          **distill)
+        cfg = AdaptConfig(
+            every=s.every,
+            max_new_tokens=s.max_new_tokens,
+            draft_len="auto",
+            gamma=s.gamma,
+            max_draft_len=s.max_draft_len,
+            train_head=True,
+            head_variant=variant,
+            tune_gamma=s.tune_gamma,
+            head_steps=s.head_steps,
+            head_lr=s.head_lr,
+            head_bias_lr=s.head_bias_lr,
+            head_replay=s.head_replay,
+            **distill,
+        )
         state = s.out / "state" / f"{stream}.{variant}"
         shutil.rmtree(state, ignore_errors=True)  # our own scratch: never resume an earlier run
         # The pass verifies with the deployed target (this backend's export), so its labels are the
         # acceptances the timed rows will see; the drafter is the HF folder (trained, features recorded).
         ad = OnlineAdapter(self.pair.drafter, self.eng.paths[1], state, cfg)
-        bar = tqdm(total=len(prompts), desc=f"{stream}: train head ({variant})", file=sys.stderr,
-                   disable=not self.progress, leave=False, dynamic_ncols=True)
+        bar = tqdm(
+            total=len(prompts),
+            desc=f"{stream}: train head ({variant})",
+            file=sys.stderr,
+            disable=not self.progress,
+            leave=False,
+            dynamic_ncols=True,
+        )
         try:
             log = ad.run(prompts, lambda i, rec: bar.update(1))
         finally:
@@ -178,14 +215,24 @@ class AdaptiveBench:
         k_max = ad.gamma_ctl.k_max if ad.gamma_ctl is not None else s.max_draft_len
         acc, prop = sum(log.accepted), sum(log.proposed)
         steps = [x for x in ad.head.losses if "loss" in x]
-        summary = {"train_prompts": len(log.acceptance), "head_updates": len(steps),
-                   "stream_acceptance": round(acc / prop, 4) if prop else None, "gamma_after": round(gamma, 4),
-                   "k_max_after": k_max,
-                   "decode_seconds": round(log.decode_seconds, 1), "train_seconds": round(log.train_seconds, 1),
-                   "last_head_loss": steps[-1]["loss"] if steps else None, "calibration": cal,
-                   "drafter_training": {"loss": cfg.loss, "updates": ad.updates, "lr": ad.trainer.lr,
-                                        "steps_per_update": cfg.steps_per_update,
-                                        "distill_temperature": cfg.distill_temperature}}
+        summary = {
+            "train_prompts": len(log.acceptance),
+            "head_updates": len(steps),
+            "stream_acceptance": round(acc / prop, 4) if prop else None,
+            "gamma_after": round(gamma, 4),
+            "k_max_after": k_max,
+            "decode_seconds": round(log.decode_seconds, 1),
+            "train_seconds": round(log.train_seconds, 1),
+            "last_head_loss": steps[-1]["loss"] if steps else None,
+            "calibration": cal,
+            "drafter_training": {
+                "loss": cfg.loss,
+                "updates": ad.updates,
+                "lr": ad.trainer.lr,
+                "steps_per_update": cfg.steps_per_update,
+                "distill_temperature": cfg.distill_temperature,
+            },
+        }
         return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, summary)
 
     def _drafter(self, folder: Path):
@@ -194,8 +241,11 @@ class AdaptiveBench:
         from omnidraft.bench.engine import load_drafter
 
         fmt, quant = BACKENDS[self.s.backend]
-        path = folder if fmt is None else drafter_export(folder, fmt, quant, self.s.max_seq_len, self.progress,
-                                                         accept_head=folder)
+        path = (
+            folder
+            if fmt is None
+            else drafter_export(folder, fmt, quant, self.s.max_seq_len, self.progress, accept_head=folder)
+        )
         return load_drafter(path)
 
     def stream(self, name: str) -> dict:
@@ -232,8 +282,9 @@ class AdaptiveBench:
             cal[label] = ([], [])
             # From --gamma and K_max, not where the pass's controller ended: the pass drafts with the
             # eager drafter (a call costs ~5x the exported one's), so its tuned setting is biased short.
-            ctls[label] = (GammaController(gamma=s.gamma, k_max=s.max_draft_len, allow_off=s.allow_off)
-                           if s.tune_gamma else None)
+            ctls[label] = (
+                GammaController(gamma=s.gamma, k_max=s.max_draft_len, allow_off=s.allow_off) if s.tune_gamma else None
+            )
 
             def collect(out, store=cal[label]) -> None:
                 pr, ob = _observed(out)
@@ -241,24 +292,42 @@ class AdaptiveBench:
                 store[1].extend(ob)
 
             cache = eng.load_cache(p.cache) if p.cache else eng.new_cache()
-            jobs.append(eng.job(label, test, "ngram", "auto", mnt, cache, drafter=drafters[p.variant],
-                                gamma=s.gamma, tune=ctls[label], on_result=collect, max_draft_len=s.max_draft_len))
+            jobs.append(
+                eng.job(
+                    label,
+                    test,
+                    "ngram",
+                    "auto",
+                    mnt,
+                    cache,
+                    drafter=drafters[p.variant],
+                    gamma=s.gamma,
+                    tune=ctls[label],
+                    on_result=collect,
+                    max_draft_len=s.max_draft_len,
+                )
+            )
         runs = interleave(jobs, len(test), f"{name}: {len(jobs)} rows in lockstep", self.progress)
         base = runs["target-only"]
         rows = []
         for job in jobs:
             run = runs[job.name]
             st = run.stats
-            row = {"method": job.name, "draft_len": run.draft_len if job.name != "target-only" else None,
-                   "prompts": run.prompts, "acceptance_rate": round(st.acceptance_rate, 4) if st.proposed else None,
-                   "tokens_per_step": round(st.tokens_per_step, 4),
-                   "drafter_calls_per_step": round(st.drafter_calls / st.steps, 4) if st.steps else 0.0,
-                   "tokens_per_s": round(run.tokens_per_s, 2),
-                   "speedup": round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
-                   "decode_tokens_per_s": round(run.decode_tokens_per_s, 2),
-                   "decode_speedup": round(run.decode_tokens_per_s / base.decode_tokens_per_s, 4)
-                   if base.decode_tokens_per_s else None,
-                   "outputs_match_target_only": run.outputs == base.outputs}
+            row = {
+                "method": job.name,
+                "draft_len": run.draft_len if job.name != "target-only" else None,
+                "prompts": run.prompts,
+                "acceptance_rate": round(st.acceptance_rate, 4) if st.proposed else None,
+                "tokens_per_step": round(st.tokens_per_step, 4),
+                "drafter_calls_per_step": round(st.drafter_calls / st.steps, 4) if st.steps else 0.0,
+                "tokens_per_s": round(run.tokens_per_s, 2),
+                "speedup": round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
+                "decode_tokens_per_s": round(run.decode_tokens_per_s, 2),
+                "decode_speedup": round(run.decode_tokens_per_s / base.decode_tokens_per_s, 4)
+                if base.decode_tokens_per_s
+                else None,
+                "outputs_match_target_only": run.outputs == base.outputs,
+            }
             if job.name in ctls:
                 ctl = ctls[job.name]
                 pr, ob = cal[job.name]
@@ -269,7 +338,9 @@ class AdaptiveBench:
                 row["gamma_history"] = ctl.history if ctl else []
                 # Where plain target steps replayed faster than any draft, the controller turns drafting off
                 # for a window at a time (runtime/gamma.py); how many test prompts ran that way.
-                row["prompts_without_drafting"] = sum(ctl.window for h in ctl.history if h["k_max_was"] == 0) if ctl else 0
+                row["prompts_without_drafting"] = (
+                    sum(ctl.window for h in ctl.history if h["k_max_was"] == 0) if ctl else 0
+                )
                 row["calibration"] = calibration(np.asarray(pr, np.float32), np.asarray(ob, np.float32))
                 variant = job.name.split("(")[1].rstrip(")")
                 self.calibration.setdefault(name, {})[f"{variant}, test prompts"] = row["calibration"]
@@ -278,25 +349,49 @@ class AdaptiveBench:
         best_decode = max((r for r in rows if r["method"] in fixed), key=lambda r: r["decode_tokens_per_s"])
         for r in rows:
             if r["method"].startswith("adaptive"):
-                r["vs_best_fixed"] = round(r["tokens_per_s"] / best["tokens_per_s"] - 1.0, 4) if best["tokens_per_s"] else None
-                r["vs_best_fixed_decode"] = (round(r["decode_tokens_per_s"] / best_decode["decode_tokens_per_s"] - 1.0, 4)
-                                             if best_decode["decode_tokens_per_s"] else None)
-        return {"stream": name, "test_prompts": len(test), "train_prompts": len(train), "best_fixed": best["method"],
-                "passes": {p.variant: p.summary for p in passes}, "rows": rows}
+                r["vs_best_fixed"] = (
+                    round(r["tokens_per_s"] / best["tokens_per_s"] - 1.0, 4) if best["tokens_per_s"] else None
+                )
+                r["vs_best_fixed_decode"] = (
+                    round(r["decode_tokens_per_s"] / best_decode["decode_tokens_per_s"] - 1.0, 4)
+                    if best_decode["decode_tokens_per_s"]
+                    else None
+                )
+        return {
+            "stream": name,
+            "test_prompts": len(test),
+            "train_prompts": len(train),
+            "best_fixed": best["method"],
+            "passes": {p.variant: p.summary for p in passes},
+            "rows": rows,
+        }
 
     def checks(self) -> list[dict]:
         """The issue's bar, per variant: >= 5 % over the best fixed K on at least two streams, and
         never more than 3 % below it."""
         out = []
         for v in self.s.variants:
-            gains = {st["stream"]: r["vs_best_fixed"] for st in self.report["streams"] for r in st["rows"]
-                     if r["method"] == f"adaptive ({v})" and r.get("vs_best_fixed") is not None}
+            gains = {
+                st["stream"]: r["vs_best_fixed"]
+                for st in self.report["streams"]
+                for r in st["rows"]
+                if r["method"] == f"adaptive ({v})" and r.get("vs_best_fixed") is not None
+            }
             wins = sum(g >= 0.05 for g in gains.values())
-            out.append({"variant": v, "gains_vs_best_fixed": gains,
-                        "beats_best_fixed_by_5pct_on_2_streams": wins >= 2 if len(gains) >= 2 else None,
-                        "never_loses_more_than_3pct": all(g >= -0.03 for g in gains.values()) if gains else None,
-                        "identical_greedy_output": all(r["outputs_match_target_only"] for st in self.report["streams"]
-                                                       for r in st["rows"] if r["method"] == f"adaptive ({v})")})
+            out.append(
+                {
+                    "variant": v,
+                    "gains_vs_best_fixed": gains,
+                    "beats_best_fixed_by_5pct_on_2_streams": wins >= 2 if len(gains) >= 2 else None,
+                    "never_loses_more_than_3pct": all(g >= -0.03 for g in gains.values()) if gains else None,
+                    "identical_greedy_output": all(
+                        r["outputs_match_target_only"]
+                        for st in self.report["streams"]
+                        for r in st["rows"]
+                        if r["method"] == f"adaptive ({v})"
+                    ),
+                }
+            )
         return out
 
     def finish(self) -> None:
@@ -307,8 +402,7 @@ class AdaptiveBench:
         out.mkdir(parents=True, exist_ok=True)
         self.report["checks"] = self.checks()
         plots = []
-        if plot_calibration(self.calibration, out / "calibration.png",
-                            f"head calibration ({self.s.backend})"):
+        if plot_calibration(self.calibration, out / "calibration.png", f"head calibration ({self.s.backend})"):
             plots.append("calibration.png")
         if plot_tokens_per_s(self.report["streams"], out / "adaptive_tokens_per_s.png"):
             plots.append("adaptive_tokens_per_s.png")
@@ -339,7 +433,9 @@ def plot_tokens_per_s(streams: list[dict], path: Path) -> bool:
             ax.plot([r["draft_len"] for r in ks], [r["tokens_per_s"] for r in ks], marker="o", label=label, color=color)
         for r in st["rows"]:
             if r["method"].startswith("adaptive"):
-                ax.axhline(r["tokens_per_s"], ls="--", lw=1, label=r["method"], color="C1" if "joint" in r["method"] else "C2")
+                ax.axhline(
+                    r["tokens_per_s"], ls="--", lw=1, label=r["method"], color="C1" if "joint" in r["method"] else "C2"
+                )
         base = next(r for r in st["rows"] if r["method"] == "target-only")
         ax.axhline(base["tokens_per_s"], color="grey", lw=1, label="target-only")
         ax.set_title(st["stream"])
@@ -361,33 +457,64 @@ def markdown(report: dict) -> str:
 
     parts = ["# Adaptive drafting vs fixed draft length", ""]
     s = report["meta"]["settings"]
-    parts.append(f"backend {s['backend']}, {s['max_new_tokens']} new tokens per prompt, head loss "
-                 f"{'head only (drafter frozen)' if s['loss'] == 'none' else s['loss'] + ' distillation + head'}, "
-                 f"gamma from {s['gamma']} and K_max {s['max_draft_len']}{', both tuned online' if s['tune_gamma'] else ''}"
-                 f"{'' if not s['tune_gamma'] else ', drafting may be turned off' if s.get('allow_off', True) else ', always drafting'}; "
-                 "timed in lockstep.")
+    parts.append(
+        f"backend {s['backend']}, {s['max_new_tokens']} new tokens per prompt, head loss "
+        f"{'head only (drafter frozen)' if s['loss'] == 'none' else s['loss'] + ' distillation + head'}, "
+        f"gamma from {s['gamma']} and K_max {s['max_draft_len']}{', both tuned online' if s['tune_gamma'] else ''}"
+        f"{'' if not s['tune_gamma'] else ', drafting may be turned off' if s.get('allow_off', True) else ', always drafting'}; "
+        "timed in lockstep."
+    )
     for st in report["streams"]:
-        parts += ["", f"## {st['stream']} ({st['test_prompts']} test prompts, heads trained on {st['train_prompts']} "
-                      f"train prompts; best fixed: {st['best_fixed']})", ""]
-        rows = [{"m": r["method"], "acc": f(r["acceptance_rate"]), "tpc": f(r["tokens_per_step"], "{:.2f}"),
-                 "calls": f(r["drafter_calls_per_step"], "{:.2f}"), "tps": f(r["tokens_per_s"], "{:.1f}"),
-                 "spd": f(r["speedup"], "{:.2f}x"), "vs": f(r.get("vs_best_fixed"), "{:+.1%}"),
-                 "dspd": f(r.get("decode_speedup"), "{:.2f}x"), "dvs": f(r.get("vs_best_fixed_decode"), "{:+.1%}"),
-                 "g": f(r.get("gamma_final"), "{:.2f}") + ("" if r.get("k_max_final") is None else
-                                                          f" / {r['k_max_final'] or 'off'}"),
-                 "off": "–" if "prompts_without_drafting" not in r else str(r["prompts_without_drafting"]),
-                 "same": f(r["outputs_match_target_only"])} for r in st["rows"]]
-        parts.append(markdown_table(rows, [("m", "method"), ("acc", "acceptance"), ("tpc", "tokens/target call"),
-                                           ("calls", "drafter calls/target call"), ("tps", "tok/s"),
-                                           ("spd", "speedup"), ("vs", "vs best fixed K"),
-                                           ("dspd", "decode speedup"), ("dvs", "decode vs best fixed K"),
-                                           ("g", "final gamma / K_max"), ("off", "prompts decoded without drafting"),
-                                           ("same", "same output as target-only")]))
+        parts += [
+            "",
+            f"## {st['stream']} ({st['test_prompts']} test prompts, heads trained on {st['train_prompts']} "
+            f"train prompts; best fixed: {st['best_fixed']})",
+            "",
+        ]
+        rows = [
+            {
+                "m": r["method"],
+                "acc": f(r["acceptance_rate"]),
+                "tpc": f(r["tokens_per_step"], "{:.2f}"),
+                "calls": f(r["drafter_calls_per_step"], "{:.2f}"),
+                "tps": f(r["tokens_per_s"], "{:.1f}"),
+                "spd": f(r["speedup"], "{:.2f}x"),
+                "vs": f(r.get("vs_best_fixed"), "{:+.1%}"),
+                "dspd": f(r.get("decode_speedup"), "{:.2f}x"),
+                "dvs": f(r.get("vs_best_fixed_decode"), "{:+.1%}"),
+                "g": f(r.get("gamma_final"), "{:.2f}")
+                + ("" if r.get("k_max_final") is None else f" / {r['k_max_final'] or 'off'}"),
+                "off": "–" if "prompts_without_drafting" not in r else str(r["prompts_without_drafting"]),
+                "same": f(r["outputs_match_target_only"]),
+            }
+            for r in st["rows"]
+        ]
+        parts.append(
+            markdown_table(
+                rows,
+                [
+                    ("m", "method"),
+                    ("acc", "acceptance"),
+                    ("tpc", "tokens/target call"),
+                    ("calls", "drafter calls/target call"),
+                    ("tps", "tok/s"),
+                    ("spd", "speedup"),
+                    ("vs", "vs best fixed K"),
+                    ("dspd", "decode speedup"),
+                    ("dvs", "decode vs best fixed K"),
+                    ("g", "final gamma / K_max"),
+                    ("off", "prompts decoded without drafting"),
+                    ("same", "same output as target-only"),
+                ],
+            )
+        )
     parts += ["", "## Checks (issue #6)", ""]
     for c in report["checks"]:
-        parts.append(f"- {c['variant']}: gains vs best fixed K {c['gains_vs_best_fixed']}; >= 5 % on two streams: "
-                     f"{f(c['beats_best_fixed_by_5pct_on_2_streams'])}; never below -3 %: "
-                     f"{f(c['never_loses_more_than_3pct'])}; identical greedy output: {f(c['identical_greedy_output'])}")
+        parts.append(
+            f"- {c['variant']}: gains vs best fixed K {c['gains_vs_best_fixed']}; >= 5 % on two streams: "
+            f"{f(c['beats_best_fixed_by_5pct_on_2_streams'])}; never below -3 %: "
+            f"{f(c['never_loses_more_than_3pct'])}; identical greedy output: {f(c['identical_greedy_output'])}"
+        )
     if report.get("interrupted"):
         parts += ["", "**interrupted**: streams finished before Ctrl-C only."]
     return "\n".join(parts) + "\n"

@@ -15,14 +15,20 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from omnidraft.atomic import write_json, write_text
 from omnidraft.bench import adapted
 from omnidraft.bench.bundled import DRAFT_VOCAB
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
-from omnidraft.atomic import write_json, write_text
 from omnidraft.bench.demo import BACKENDS
 from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
-from omnidraft.bench.metrics import (PAPER_LATENCY_S, PROJECTION_TARGETS, ideal_speedup, paper_reference,
-                                     projected_speedup, speedup_bound)
+from omnidraft.bench.metrics import (
+    PAPER_LATENCY_S,
+    PROJECTION_TARGETS,
+    ideal_speedup,
+    paper_reference,
+    projected_speedup,
+    speedup_bound,
+)
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument, OmnidraftError
 from omnidraft.models.streams import STREAMS, load_stream
@@ -30,8 +36,16 @@ from omnidraft.runtime.speculative import DecodeConfig
 
 SCHEMA = "omnidraft.bench"
 SCHEMA_VERSION = 1
-METHODS = ("target-only", "spd-dm", "spd-dm+ngram", "spd-dm+ngram_pp", "l-dm", "hybrid", "hybrid+lora",
-           "hybrid+adaptive")
+METHODS = (
+    "target-only",
+    "spd-dm",
+    "spd-dm+ngram",
+    "spd-dm+ngram_pp",
+    "l-dm",
+    "hybrid",
+    "hybrid+lora",
+    "hybrid+adaptive",
+)
 PEER_GROUPS = ("hf", "torch", "ort", "executorch")
 
 
@@ -40,18 +54,18 @@ class BenchSettings:
     pair: str = "bundled"
     streams: tuple[str, ...] = STREAMS
     backend: str = "ort"
-    prompts: int = 12             # held-out test prompts per stream (every row uses the same ones)
+    prompts: int = 12  # held-out test prompts per stream (every row uses the same ones)
     max_new_tokens: int = 48
     # K = 1 included: verifying 2 tokens costs ORT int8 about what 1 does on this pair (bench-export:
     # 4.72 vs 4.58 ms), 3 tokens 1.7x, so K = 1 is often the fastest fixed K at moderate acceptance.
     sweep_ks: tuple[int, ...] = (1, 2, 3, 4, 6)
-    sweep_prompts: int = 8        # train prompts for choosing the fixed K (never test prompts; 3 picked K = 3
-                                  # for text's hybrid drafter, whose K = 1 ran faster on the test prompts)
-    train_prompts: int = 24       # train prompts that pre-collect the cache of spd-dm+ngram_pp
+    sweep_prompts: int = 8  # train prompts for choosing the fixed K (never test prompts; 3 picked K = 3
+    # for text's hybrid drafter, whose K = 1 ran faster on the test prompts)
+    train_prompts: int = 24  # train prompts that pre-collect the cache of spd-dm+ngram_pp
     # hybrid+adaptive: train prompts its gamma controller is tuned on before the timed row, as the fixed
     # K rows pick K on train prompts. 16: enough windows (2 prompts each) for it to turn drafting off.
     tune_prompts: int = 16
-    adapt_prompts: int = 64       # train prompts of each adaptation pass (adapted rows; 0 skips them)
+    adapt_prompts: int = 64  # train prompts of each adaptation pass (adapted rows; 0 skips them)
     # lr of every adapted row (None: bench/adapted.py's short-pass settings, 1e-3). A full pass over a
     # stream wants less: math, 1,000 prompts, full FT, the session-12 drafter: 1e-3 lowered held-out
     # acceptance at K = 4 from 0.59 to 0.50, 1e-4 raised it to 0.72 (models/README.md, session 12).
@@ -62,19 +76,30 @@ class BenchSettings:
     adapted: tuple[str, ...] | None = None  # None: all of bench/adapted.py's METHODS
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
-    max_seq_len: int = 512        # exported KV-cache length for ort / executorch
-    threads: int | None = 1       # intra-op threads of every engine (None: each library's default)
-    gamma: float = 0.5            # hybrid+adaptive: initial stopping threshold (tuned online from there)
-    splits: bool = True           # greedy ngram rows may propose split drafter tokens (False: the paper's translation)
+    max_seq_len: int = 512  # exported KV-cache length for ort / executorch
+    threads: int | None = 1  # intra-op threads of every engine (None: each library's default)
+    gamma: float = 0.5  # hybrid+adaptive: initial stopping threshold (tuned online from there)
+    splits: bool = True  # greedy ngram rows may propose split drafter tokens (False: the paper's translation)
     draft_vocab: int | None = DRAFT_VOCAB  # drafter exports keep this many tokens (None: all; bench/bundled.py)
     quick: bool = False
     out: Path = Path("reports/bench")
 
     @classmethod
-    def quick_settings(cls, backend: str = "ort", **kw) -> "BenchSettings":
+    def quick_settings(cls, backend: str = "ort", **kw) -> BenchSettings:
         peers = tuple(dict.fromkeys(("hf", backend)))
-        return cls(backend=backend, prompts=2, max_new_tokens=24, sweep_ks=(2, 4), sweep_prompts=1,
-                   train_prompts=2, adapt_prompts=0, peers=peers, eviction=False, quick=True, **kw)
+        return cls(
+            backend=backend,
+            prompts=2,
+            max_new_tokens=24,
+            sweep_ks=(2, 4),
+            sweep_prompts=1,
+            train_prompts=2,
+            adapt_prompts=0,
+            peers=peers,
+            eviction=False,
+            quick=True,
+            **kw,
+        )
 
 
 def validate(s: BenchSettings) -> None:
@@ -89,7 +114,9 @@ def validate(s: BenchSettings) -> None:
         raise InvalidArgument(f"unknown peer {', '.join(bad)}; choose from {', '.join(PEER_GROUPS)} (or 'none')")
     bad = [x for x in s.adapted or () if x not in adapted.METHODS]
     if bad:
-        raise InvalidArgument(f"unknown adapted row {', '.join(bad)}; choose from {', '.join(adapted.METHODS)} (or 'none')")
+        raise InvalidArgument(
+            f"unknown adapted row {', '.join(bad)}; choose from {', '.join(adapted.METHODS)} (or 'none')"
+        )
     if s.tune_prompts < 0:
         raise InvalidArgument(f"--tune-prompts must be >= 0 (got {s.tune_prompts}); 0 starts hybrid+adaptive untuned")
     for name in ("prompts", "max_new_tokens", "sweep_prompts", "max_seq_len"):
@@ -123,20 +150,40 @@ def _machine() -> dict:
     import torch
 
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
-    return {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
-            "cpu_count": os.cpu_count(), "memory_bytes": mem, "torch_default_threads": torch.get_num_threads(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": mem,
+        "torch_default_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }
 
 
 def new_report(s: BenchSettings) -> dict:
-    settings = {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
-                for k, v in asdict(s).items()}
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "interrupted": False,
-            "meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                     "versions": _versions(), "machine": _machine(), "settings": settings,
-                     "paper_latency_s": PAPER_LATENCY_S},
-            "rows": [], "sweep": [], "projected": [], "peers": [], "cache": {"tables": [], "growth": {}, "eviction": []},
-            "checks": {}, "plots": []}
+    settings = {
+        k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items()
+    }
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "interrupted": False,
+        "meta": {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "versions": _versions(),
+            "machine": _machine(),
+            "settings": settings,
+            "paper_latency_s": PAPER_LATENCY_S,
+        },
+        "rows": [],
+        "sweep": [],
+        "projected": [],
+        "peers": [],
+        "cache": {"tables": [], "growth": {}, "eviction": []},
+        "checks": {},
+        "plots": [],
+    }
 
 
 @dataclass
@@ -158,17 +205,34 @@ def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun
     r = run.row()
     st, bs = run.stats, base.stats
     target_step = bs.target_seconds / bs.steps if bs.steps else None
-    r.update(stream=stream, method=method, backend=backend, status="ok", cache=cache,
-             running_acceptance=[round(a, 4) for a in run.running_acceptance],
-             outputs_match_target_only=run.outputs == base.outputs,
-             target_ms_per_step=round(1e3 * target_step, 4) if target_step else None,
-             speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
-             decode_speedup=round(run.decode_tokens_per_s / base.decode_tokens_per_s, 4)
-             if base.decode_tokens_per_s else None)
+    r.update(
+        stream=stream,
+        method=method,
+        backend=backend,
+        status="ok",
+        cache=cache,
+        running_acceptance=[round(a, 4) for a in run.running_acceptance],
+        outputs_match_target_only=run.outputs == base.outputs,
+        target_ms_per_step=round(1e3 * target_step, 4) if target_step else None,
+        speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
+        decode_speedup=round(run.decode_tokens_per_s / base.decode_tokens_per_s, 4)
+        if base.decode_tokens_per_s
+        else None,
+    )
     if method == "target-only":
-        r.update(draft_len=None, acceptance_rate=None, ngram_hits_per_step=None, split_tokens_per_step=None,
-                 cost_ratio=None, running_acceptance=[],
-                 drafter_ms_per_call=None, bound=1.0, bound_ratio=r["speedup"], ideal=1.0, ideal_ratio=r["speedup"])
+        r.update(
+            draft_len=None,
+            acceptance_rate=None,
+            ngram_hits_per_step=None,
+            split_tokens_per_step=None,
+            cost_ratio=None,
+            running_acceptance=[],
+            drafter_ms_per_call=None,
+            bound=1.0,
+            bound_ratio=r["speedup"],
+            ideal=1.0,
+            ideal_ratio=r["speedup"],
+        )
         return r
     drafter_call = st.drafter_seconds / st.drafter_calls if st.drafter_calls else 0.0
     c = drafter_call / target_step if target_step else 0.0
@@ -176,11 +240,16 @@ def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun
     # adaptive rows (draft_len "auto"): the bound at their mean draft length
     bound = speedup_bound(st.acceptance_rate, run.draft_len if isinstance(run.draft_len, int) else calls, c)
     ideal = ideal_speedup(st.tokens_per_step, calls, c)
-    r.update(drafter_ms_per_call=round(1e3 * drafter_call, 4), cost_ratio=round(c, 4),
-             drafter_calls_per_step=round(calls, 4), verify_ms_per_step=round(1e3 * st.target_seconds / st.steps, 4)
-             if st.steps else None,
-             bound=round(bound, 4), bound_ratio=round(r["speedup"] / bound, 4) if r["speedup"] and bound else None,
-             ideal=round(ideal, 4), ideal_ratio=round(r["speedup"] / ideal, 4) if r["speedup"] and ideal else None)
+    r.update(
+        drafter_ms_per_call=round(1e3 * drafter_call, 4),
+        cost_ratio=round(c, 4),
+        drafter_calls_per_step=round(calls, 4),
+        verify_ms_per_step=round(1e3 * st.target_seconds / st.steps, 4) if st.steps else None,
+        bound=round(bound, 4),
+        bound_ratio=round(r["speedup"] / bound, 4) if r["speedup"] and bound else None,
+        ideal=round(ideal, 4),
+        ideal_ratio=round(r["speedup"] / ideal, 4) if r["speedup"] and ideal else None,
+    )
     if not st.proposed:  # hybrid+adaptive with drafting turned off throughout: no draft was judged
         r.update(acceptance_rate=None, drafter_ms_per_call=None, cost_ratio=None)
     return r
@@ -191,12 +260,18 @@ def _unavailable(stream: str, method: str, backend: str, reason: str) -> dict:
 
 
 def _projected(row: dict) -> dict:
-    out = {"stream": row["stream"], "method": row["method"], "label": "projected",
-           "tokens_per_step": row["tokens_per_step"], "drafter_calls_per_step": row["drafter_calls_per_step"],
-           "acceptance_rate": row["acceptance_rate"]}
+    out = {
+        "stream": row["stream"],
+        "method": row["method"],
+        "label": "projected",
+        "tokens_per_step": row["tokens_per_step"],
+        "drafter_calls_per_step": row["drafter_calls_per_step"],
+        "acceptance_rate": row["acceptance_rate"],
+    }
     for tgt in PROJECTION_TARGETS:
-        out[f"projected_speedup_{tgt}"] = round(projected_speedup(row["tokens_per_step"], row["drafter_calls_per_step"],
-                                                                  PAPER_LATENCY_S[tgt]), 4)
+        out[f"projected_speedup_{tgt}"] = round(
+            projected_speedup(row["tokens_per_step"], row["drafter_calls_per_step"], PAPER_LATENCY_S[tgt]), 4
+        )
         ref = paper_reference(row["method"], row["stream"], tgt)
         out[f"paper_acceptance_{tgt}"], out[f"paper_speedup_{tgt}"] = ref if ref else (None, None)
     return out
@@ -208,8 +283,8 @@ class Bench:
         self.pair: Pair | None = None
         self.engines: dict[str, Engine] = {}
         self.streams: list[_Stream] = []
-        self.hf = None            # HFPeers, loaded when the peers section first needs it
-        self.adapted: dict = {}   # (stream, method) -> adaptation pass results (bench/adapted.py)
+        self.hf = None  # HFPeers, loaded when the peers section first needs it
+        self.adapted: dict = {}  # (stream, method) -> adaptation pass results (bench/adapted.py)
         self.warm_prompt = ""
 
     def engine(self, backend: str) -> Engine:
@@ -231,9 +306,13 @@ class Bench:
         tests = {n: load_stream(n, "test") for n in s.streams}
         self.warm_prompt = tests[s.streams[0]][0].prompt[:200]
         eng = self.engine(s.backend)
-        self.report["meta"]["pair"] = {"name": self.pair.name, "drafter": str(self.pair.drafter),
-                                       "target": str(self.pair.target),
-                                       "drafter_artifact": str(eng.paths[0]), "target_artifact": str(eng.paths[1])}
+        self.report["meta"]["pair"] = {
+            "name": self.pair.name,
+            "drafter": str(self.pair.drafter),
+            "target": str(self.pair.target),
+            "drafter_artifact": str(eng.paths[0]),
+            "target_artifact": str(eng.paths[1]),
+        }
         for name in s.streams:
             self.streams.append(self.method_rows(eng, name, tests[name]))
         if s.eviction:
@@ -246,22 +325,36 @@ class Bench:
         k_max = max(*self.s.sweep_ks, DecodeConfig().max_draft_len)  # hybrid+adaptive drafts up to K_max
         return [p.prompt for p in prompts if eng.fits(p.prompt, self.s.max_new_tokens, k_max)][:count]
 
-    def sweep(self, eng: Engine, name: str, train, method: str = "untrained", drafter=None, new_cache=None,
-              skip: int = 0) -> int:
+    def sweep(
+        self, eng: Engine, name: str, train, method: str = "untrained", drafter=None, new_cache=None, skip: int = 0
+    ) -> int:
         """Best fixed K (tokens/s) on train prompts so the test split stays unseen; the K runs are
         interleaved like every timed comparison. Untrained: the drafter with a cache filled online.
         Adapted rows sweep again with their own drafter and a fresh copy of their pass's cache, on train
         prompts after the ``skip`` the pass trained on: a trained drafter's best K differs."""
         s = self.s
         prompts = self._pick(eng, train[skip:], s.sweep_prompts) or self._pick(eng, train, s.sweep_prompts)
-        jobs = [eng.job(f"K={k}", prompts, "ngram", k, s.max_new_tokens, new_cache() if new_cache else None,
-                        drafter=drafter) for k in s.sweep_ks]
+        jobs = [
+            eng.job(
+                f"K={k}", prompts, "ngram", k, s.max_new_tokens, new_cache() if new_cache else None, drafter=drafter
+            )
+            for k in s.sweep_ks
+        ]
         runs = interleave(jobs, len(prompts), f"{name}: K sweep ({method})", self.progress)
         for k in s.sweep_ks:
             run = runs[f"K={k}"]
-            self._add("sweep", {"stream": name, "method": method, "backend": s.backend, "draft_len": k,
-                                "prompts": run.prompts, "tokens_per_s": round(run.tokens_per_s, 2),
-                                "acceptance_rate": round(run.stats.acceptance_rate, 4)})
+            self._add(
+                "sweep",
+                {
+                    "stream": name,
+                    "method": method,
+                    "backend": s.backend,
+                    "draft_len": k,
+                    "prompts": run.prompts,
+                    "tokens_per_s": round(run.tokens_per_s, 2),
+                    "acceptance_rate": round(run.stats.acceptance_rate, 4),
+                },
+            )
         return max(s.sweep_ks, key=lambda k: runs[f"K={k}"].tokens_per_s)
 
     def tune_controller(self, eng: Engine, name: str, train, drafter, ctl, skip: int) -> dict:
@@ -272,11 +365,24 @@ class Bench:
         cache = eng.load_cache(Path(path)) if path else eng.new_cache()
         prompts = self._pick(eng, train[skip:], self.s.tune_prompts)
         if prompts:
-            job = eng.job("tune", prompts, "ngram", "auto", self.s.max_new_tokens, cache, drafter=drafter,
-                          gamma=ctl.gamma, tune=ctl)
+            job = eng.job(
+                "tune",
+                prompts,
+                "ngram",
+                "auto",
+                self.s.max_new_tokens,
+                cache,
+                drafter=drafter,
+                gamma=ctl.gamma,
+                tune=ctl,
+            )
             interleave([job], len(prompts), f"{name}: tune hybrid+adaptive (train)", self.progress)
-        return {"prompts": len(prompts), "gamma": round(ctl.gamma, 4), "k_max": ctl.k_max,
-                "drafting": "off" if ctl.k_max == 0 else "on"}
+        return {
+            "prompts": len(prompts),
+            "gamma": round(ctl.gamma, 4),
+            "k_max": ctl.k_max,
+            "drafting": "off" if ctl.k_max == 0 else "on",
+        }
 
     def method_rows(self, eng: Engine, name: str, test_prompts) -> _Stream:
         s, be, mnt = self.s, self.s.backend, self.s.max_new_tokens
@@ -289,8 +395,9 @@ class Bench:
         # Untimed passes first (cache pre-collection, adaptation), then all rows timed in lockstep.
         jobs = [eng.job("target-only", prompts, "target-only", k, mnt), eng.job("spd-dm", prompts, "dm", k, mnt)]
         trackers = {"spd-dm+ngram": GrowthTracker(eng.new_cache())}
-        jobs.append(eng.job("spd-dm+ngram", prompts, "ngram", k, mnt, trackers["spd-dm+ngram"].cache,
-                            trackers["spd-dm+ngram"]))
+        jobs.append(
+            eng.job("spd-dm+ngram", prompts, "ngram", k, mnt, trackers["spd-dm+ngram"].cache, trackers["spd-dm+ngram"])
+        )
         kinds = {"spd-dm+ngram": "online on the test prompts, from empty"}
         status, extra = {}, {}
         if s.train_prompts:
@@ -305,11 +412,24 @@ class Bench:
         else:
             status["spd-dm+ngram_pp"] = "not run: --train-prompts 0"
         for method in adapted.METHODS:
-            reason = adapted.unavailable_reason() or (
-                "not available: ExecuTorch drafters do not carry an acceptance head yet (use --backend ort or torch)"
-                if method == "hybrid+adaptive" and be == "executorch" else None) or (None if s.adapt_prompts else (
-                "not run: --quick skips adaptation (add --adapt-prompts N)" if s.quick else "not run: --adapt-prompts 0")) or (
-                None if s.adapted is None or method in s.adapted else "not run: --adapted leaves it out")
+            reason = (
+                adapted.unavailable_reason()
+                or (
+                    "not available: ExecuTorch drafters do not carry an acceptance head yet (use --backend ort or torch)"
+                    if method == "hybrid+adaptive" and be == "executorch"
+                    else None
+                )
+                or (
+                    None
+                    if s.adapt_prompts
+                    else (
+                        "not run: --quick skips adaptation (add --adapt-prompts N)"
+                        if s.quick
+                        else "not run: --adapt-prompts 0"
+                    )
+                )
+                or (None if s.adapted is None or method in s.adapted else "not run: --adapted leaves it out")
+            )
             if reason:
                 status[method] = reason
                 continue
@@ -330,15 +450,23 @@ class Bench:
                 # drafter (~5x the exported drafter's cost per call), so its setting is biased short.
                 ctl = GammaController(gamma=s.gamma, k_max=DecodeConfig().max_draft_len)
                 tuning = self.tune_controller(eng, name, train, drafter, ctl, summary["train_prompts"])
-                jobs.append(eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter, gamma=ctl.gamma,
-                                    tune=ctl))
+                jobs.append(
+                    eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter, gamma=ctl.gamma, tune=ctl)
+                )
                 kinds[method] = "built during adaptation (train), then online"
                 extra[method] = {"adaptation": summary, "tuning": tuning}
                 continue
             eng.warm_up(self.warm_prompt, drafter)
             path = self.adapted.get((name, method), {}).get("cache")
-            k_m = self.sweep(eng, name, train, method, drafter, lambda: eng.load_cache(Path(path)) if path
-                             else eng.new_cache(), skip=summary["train_prompts"])
+            k_m = self.sweep(
+                eng,
+                name,
+                train,
+                method,
+                drafter,
+                lambda path=path: eng.load_cache(Path(path)) if path else eng.new_cache(),
+                skip=summary["train_prompts"],
+            )
             st.ks[method] = k_m
             jobs.append(eng.job(method, prompts, "ngram", k_m, mnt, cache, drafter=drafter))
             kinds[method] = "built during adaptation (train), then online"
@@ -356,14 +484,22 @@ class Bench:
             if method != "target-only":
                 self._add("projected", _projected(row))
             st.runs[method] = runs[method]
-        for method, source, n in (("spd-dm+ngram", "online (test)", len(prompts)),
-                                  ("spd-dm+ngram_pp", "train then test", st.pp_prompts + len(prompts))):
+        for method, source, n in (
+            ("spd-dm+ngram", "online (test)", len(prompts)),
+            ("spd-dm+ngram_pp", "train then test", st.pp_prompts + len(prompts)),
+        ):
             if method in runs:
                 tracker = trackers[method]
                 self.report["cache"]["growth"][f"{name}: {source}"] = tracker.finish()
-                self.report["cache"]["tables"].append({
-                    "stream": name, "source": source, "prompts": n, **growth_summary(tracker.points),
-                    **measure_cache(by_name[method].decoder.cache, eng.target.backend.vocab_size)})
+                self.report["cache"]["tables"].append(
+                    {
+                        "stream": name,
+                        "source": source,
+                        "prompts": n,
+                        **growth_summary(tracker.points),
+                        **measure_cache(by_name[method].decoder.cache, eng.target.backend.vocab_size),
+                    }
+                )
         st.full_cache_entries = len(by_name["spd-dm+ngram"].decoder.cache)
         return st
 
@@ -373,12 +509,16 @@ class Bench:
         full, mnt, k = st.full_cache_entries, self.s.max_new_tokens, st.draft_len
         out = self.report["cache"]["eviction"]
         if full < 4:  # a cap of 1/4 would be under one entry: nothing to compare
-            out.append({"stream": st.name, "full_entries": full,
-                        "status": f"skipped: the full cache has only {full} entries"})
+            out.append(
+                {"stream": st.name, "full_entries": full, "status": f"skipped: the full cache has only {full} entries"}
+            )
             return
         spec = [("none", None, 0, None), ("full", "lfu", None, None)]
-        spec += [(label, policy, max(1, int(full * frac)), frac) for frac, label in ((0.25, "1/4"), (0.5, "1/2"))
-                 for policy in ("lfu", "lru")]
+        spec += [
+            (label, policy, max(1, int(full * frac)), frac)
+            for frac, label in ((0.25, "1/4"), (0.5, "1/2"))
+            for policy in ("lfu", "lru")
+        ]
         jobs = [eng.job("target-only", st.prompts, "target-only", k, mnt)]
         for label, policy, cap, _ in spec:
             mode = "dm" if label == "none" else "ngram"
@@ -389,13 +529,21 @@ class Bench:
         base = runs["target-only"].tokens_per_s
         for label, policy, cap, _ in spec:
             run = runs[f"{label} {policy}"]
-            out.append({"stream": st.name, "size": label, "policy": policy if label not in ("none", "full") else None,
-                        "capacity": cap, "full_entries": full,
-                        "final_entries": len(decs[f"{label} {policy}"].cache) if label != "none" else 0,
-                        "acceptance_rate": round(run.stats.acceptance_rate, 4),
-                        "tokens_per_s": round(run.tokens_per_s, 2),
-                        "speedup": round(run.tokens_per_s / base, 4) if base else None,
-                        "ngram_hits_per_step": run.row()["ngram_hits_per_step"], "status": "ok"})
+            out.append(
+                {
+                    "stream": st.name,
+                    "size": label,
+                    "policy": policy if label not in ("none", "full") else None,
+                    "capacity": cap,
+                    "full_entries": full,
+                    "final_entries": len(decs[f"{label} {policy}"].cache) if label != "none" else 0,
+                    "acceptance_rate": round(run.stats.acceptance_rate, 4),
+                    "tokens_per_s": round(run.tokens_per_s, 2),
+                    "speedup": round(run.tokens_per_s / base, 4) if base else None,
+                    "ngram_hits_per_step": run.row()["ngram_hits_per_step"],
+                    "status": "ok",
+                }
+            )
 
     def peers(self, st: _Stream) -> None:
         from omnidraft.bench import peer_section
@@ -430,12 +578,19 @@ def finish(report: dict, out: Path) -> None:
     title = f"omnidraft bench ({report['meta']['settings']['backend']})"
     made = []
     for fname, fn, arg in (
-            ("speedup.png", plots.plot_speedup, report["rows"]),
-            ("acceptance.png", plots.plot_acceptance,
-             {f"{r['stream']}: {r['method']}": r["running_acceptance"] for r in report["rows"]
-              if r.get("status") == "ok" and r["method"] != "target-only"}),
-            ("cache_growth.png", plots.plot_growth, report["cache"]["growth"]),
-            ("peers.png", plots.plot_peers, report["peers"])):
+        ("speedup.png", plots.plot_speedup, report["rows"]),
+        (
+            "acceptance.png",
+            plots.plot_acceptance,
+            {
+                f"{r['stream']}: {r['method']}": r["running_acceptance"]
+                for r in report["rows"]
+                if r.get("status") == "ok" and r["method"] != "target-only"
+            },
+        ),
+        ("cache_growth.png", plots.plot_growth, report["cache"]["growth"]),
+        ("peers.png", plots.plot_peers, report["peers"]),
+    ):
         if fn(arg, out / fname, title):
             made.append(fname)
     report["plots"] = made

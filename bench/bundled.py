@@ -22,8 +22,10 @@ DRAFT_VOCAB = 4096
 def _rebuild_hint(role: str, name: str) -> str:
     if name == "tokenizer.json" and role == "drafter":
         return "convert it with `bash scripts/setup.sh` (Llama-2's tokenizer is built locally, never committed)"
-    return (f"restore it with `git checkout -- models/bundled/{role}` or retrain it with "
-            f"`python -m omnidraft.models.train --recipe {role}`")
+    return (
+        f"restore it with `git checkout -- models/bundled/{role}` or retrain it with "
+        f"`python -m omnidraft.models.train --recipe {role}`"
+    )
 
 
 def check_bundled(root: Path = BUNDLED) -> dict[str, Path]:
@@ -56,8 +58,15 @@ def _folder_digest(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True,
-                  accept_head: Path | None = None, draft_vocab: int | None = None) -> Path:
+def cached_export(
+    folder: Path,
+    fmt: str,
+    quant: str,
+    max_seq_len: int,
+    progress: bool = True,
+    accept_head: Path | None = None,
+    draft_vocab: int | None = None,
+) -> Path:
     """Export ``folder`` once per (weights, format, quant, length[, acceptance head, draft vocabulary]);
     later calls reuse the valid export."""
     tag = ""
@@ -81,8 +90,16 @@ def cached_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress
             pass  # damaged cache entry: export again
     from omnidraft.export.pipeline import export_model
 
-    export_model(folder, fmt, quant, max_seq_len, out, progress=progress, accept_head=accept_head,
-                 draft_vocab=draft_vocab or None)
+    export_model(
+        folder,
+        fmt,
+        quant,
+        max_seq_len,
+        out,
+        progress=progress,
+        accept_head=accept_head,
+        draft_vocab=draft_vocab or None,
+    )
     return out
 
 
@@ -94,7 +111,14 @@ def drafter_vocab(folder: Path, requested: int | None = DRAFT_VOCAB) -> int | No
     return requested if requested and (folder / COUNTS_FILE).is_file() else None
 
 
-def drafter_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True,
-                   accept_head: Path | None = None, draft_vocab: int | None = DRAFT_VOCAB) -> Path:
+def drafter_export(
+    folder: Path,
+    fmt: str,
+    quant: str,
+    max_seq_len: int,
+    progress: bool = True,
+    accept_head: Path | None = None,
+    draft_vocab: int | None = DRAFT_VOCAB,
+) -> Path:
     """``cached_export`` of a drafter, with its output layer trimmed where the folder allows it."""
     return cached_export(folder, fmt, quant, max_seq_len, progress, accept_head, drafter_vocab(folder, draft_vocab))

@@ -45,11 +45,15 @@ def measure_cache(cache: NgramCache, target_width: int) -> dict:
         empty = sorted(_traced_load(blank, args, target_width) for _ in range(3))[1]
     n = len(cache)
     lengths = [len(k) for k, *_ in cache.items()]
-    return {"entries": n, "serialized_bytes": file_bytes, "memory_bytes": memory,
-            "empty_memory_bytes": empty,
-            "memory_bytes_per_entry": round((memory - empty) / n, 1) if n else None,
-            "mean_ngram_len": round(sum(lengths) / n, 3) if n else None,
-            "max_ngram_len": max(lengths, default=0)}
+    return {
+        "entries": n,
+        "serialized_bytes": file_bytes,
+        "memory_bytes": memory,
+        "empty_memory_bytes": empty,
+        "memory_bytes_per_entry": round((memory - empty) / n, 1) if n else None,
+        "mean_ngram_len": round(sum(lengths) / n, 3) if n else None,
+        "max_ngram_len": max(lengths, default=0),
+    }
 
 
 class GrowthTracker:
@@ -82,5 +86,10 @@ def growth_summary(points: list[tuple[int, int]]) -> dict:
     mid_n = max((n for t, n in points if t <= half), default=0)
     first = mid_n / half if half else 0.0
     second = (total_n - mid_n) / (total_t - half) if total_t > half else 0.0
-    return {"tokens": total_t, "entries": total_n, "entries_per_token": round(total_n / total_t, 4),
-            "first_half_rate": round(first, 4), "second_half_rate": round(second, 4)}
+    return {
+        "tokens": total_t,
+        "entries": total_n,
+        "entries_per_token": round(total_n / total_t, 4),
+        "first_half_rate": round(first, 4),
+        "second_half_rate": round(second, 4),
+    }

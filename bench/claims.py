@@ -19,9 +19,14 @@ def ordering(report: dict) -> list[dict]:
     for stream in dict.fromkeys(r["stream"] for r in rows):
         dm, ng = _ok(rows, stream, "spd-dm"), _ok(rows, stream, "spd-dm+ngram_pp") or _ok(rows, stream, "spd-dm+ngram")
         if dm and ng:
-            out.append(_check("the cache helps the untrained drafter (acceptance)", stream,
-                              ng["acceptance_rate"] > dm["acceptance_rate"], **{
-                                  "spd-dm": dm["acceptance_rate"], ng["method"]: ng["acceptance_rate"]}))
+            out.append(
+                _check(
+                    "the cache helps the untrained drafter (acceptance)",
+                    stream,
+                    ng["acceptance_rate"] > dm["acceptance_rate"],
+                    **{"spd-dm": dm["acceptance_rate"], ng["method"]: ng["acceptance_rate"]},
+                )
+            )
         chain = [(m, _ok(rows, stream, m)) for m in ("spd-dm", "l-dm", "hybrid")]
         present = [(m, r) for m, r in chain if r]
         # Acceptance is per proposed target token; a split proposes several at once and is often
@@ -29,17 +34,31 @@ def ordering(report: dict) -> list[dict]:
         # Each adapted row runs at its own best K, and acceptance falls as K grows: it is compared only
         # where the rows share K. Speedup is what the best K maximises.
         ks = {m: r.get("draft_len") for m, r in present}
-        for field, label in (("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens per target call"),
-                             ("speedup", "speedup")):
+        for field, label in (
+            ("acceptance_rate", "acceptance"),
+            ("tokens_per_step", "tokens per target call"),
+            ("speedup", "speedup"),
+        ):
             claim = f"hybrid >= L_DM >= untrained ({label})"
             if len(present) >= 2:
                 vals = [r[field] for _, r in present]
                 if field == "acceptance_rate" and len(set(ks.values())) > 1:
-                    out.append(_check(claim, stream, None, note="the rows run at different K", **{
-                        m: r[field] for m, r in present}, draft_len=ks))
+                    out.append(
+                        _check(
+                            claim,
+                            stream,
+                            None,
+                            note="the rows run at different K",
+                            **{m: r[field] for m, r in present},
+                            draft_len=ks,
+                        )
+                    )
                     continue
-                out.append(_check(claim, stream, all(a <= b for a, b in zip(vals, vals[1:])),
-                                  **{m: r[field] for m, r in present}))
+                out.append(
+                    _check(
+                        claim, stream, all(a <= b for a, b in zip(vals, vals[1:])), **{m: r[field] for m, r in present}
+                    )
+                )
             else:
                 out.append(_check(claim, stream, None, note="adapted rows not measured"))
     return out
@@ -51,17 +70,35 @@ def must_show(report: dict) -> list[dict]:
         # "Best setting": the fastest adapted row (a fixed preference order once picked a slower one).
         best = max((r for m in ADAPTED if (r := _ok(rows, stream, m))), key=lambda r: r["speedup"], default=None)
         if stream in ("code", "math"):
-            out.append(_check("adapted wall-clock speedup >= 1.3x", stream,
-                              best["speedup"] >= 1.3 if best else None,
-                              **({"method": best["method"], "speedup": best["speedup"],
-                                  "decode_speedup": best.get("decode_speedup"), "bound": best["bound"]}
-                                 if best else {"note": "no adapted row measured"})))
+            out.append(
+                _check(
+                    "adapted wall-clock speedup >= 1.3x",
+                    stream,
+                    best["speedup"] >= 1.3 if best else None,
+                    **(
+                        {
+                            "method": best["method"],
+                            "speedup": best["speedup"],
+                            "decode_speedup": best.get("decode_speedup"),
+                            "bound": best["bound"],
+                        }
+                        if best
+                        else {"note": "no adapted row measured"}
+                    ),
+                )
+            )
         by = {p["name"]: p for p in peers if p["stream"] == stream}
         ours, uag = by.get("omnidraft-ort"), by.get("hf-assisted-uag")
         if ours and uag and ours.get("status", "ok") == "ok":
             ratio = ours["tokens_per_s"] / uag["tokens_per_s"] if uag["tokens_per_s"] else None
-            out.append(_check("omnidraft-ort >= 1.5x HF assisted generation (UAG), identical greedy output", stream,
-                              bool(ratio and ratio >= 1.5 and ours["outputs_match_target_only"]),
-                              method=ours.get("method"), ratio=round(ratio, 3) if ratio else None,
-                              outputs_match_target_only=ours["outputs_match_target_only"]))
+            out.append(
+                _check(
+                    "omnidraft-ort >= 1.5x HF assisted generation (UAG), identical greedy output",
+                    stream,
+                    bool(ratio and ratio >= 1.5 and ours["outputs_match_target_only"]),
+                    method=ours.get("method"),
+                    ratio=round(ratio, 3) if ratio else None,
+                    outputs_match_target_only=ours["outputs_match_target_only"],
+                )
+            )
     return out

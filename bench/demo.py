@@ -23,14 +23,14 @@ class DemoSettings:
     max_new_tokens: int = 48
     # K = 2: K = 4 costs the untrained drafter most (its acceptance sits on the first drafted token);
     # K = 1 measured no better in the demo (adapted code row 0.49x vs 0.76x at K = 2, one run each).
-    draft_len: int | str = 2      # "auto": the adaptation pass trains the acceptance head (issue #6)
+    draft_len: int | str = 2  # "auto": the adaptation pass trains the acceptance head (issue #6)
     gamma: float = 0.5
     backend: str = "ort"
     max_seq_len: int = 512
     out: Path = Path("reports/demo")
     # 24 = three updates of 8: the first run (31 s of exports + the pass) then stays under 5 minutes here;
     # each further update costs ~36 s of ExecuTorch training-program steps.
-    adapt_prompts: int = 24       # train prompts of the adaptation pass per stream (0: no adaptation)
+    adapt_prompts: int = 24  # train prompts of the adaptation pass per stream (0: no adaptation)
     # One stream keeps the run within 5 minutes; code is where a short pass lifts acceptance most.
     adapt_streams: tuple[str, ...] = ("code",)
     adapt_rank: int = 32
@@ -42,7 +42,7 @@ class DemoSettings:
     adapt_engine: str = "executorch"
 
     @classmethod
-    def quick(cls, **kw) -> "DemoSettings":
+    def quick(cls, **kw) -> DemoSettings:
         return cls(prompts=4, max_new_tokens=32, **{"adapt_prompts": 0, **kw})
 
 
@@ -54,10 +54,10 @@ def open_models(backend: str, max_seq_len: int, progress: bool = True) -> tuple[
     fmt, quant = BACKENDS[backend]
     if fmt is None:
         return folders["drafter"], folders["target"]
-    return (drafter_export(folders["drafter"], fmt, quant, max_seq_len, progress),
-            cached_export(folders["target"], fmt, quant, max_seq_len, progress))
-
-
+    return (
+        drafter_export(folders["drafter"], fmt, quant, max_seq_len, progress),
+        cached_export(folders["target"], fmt, quant, max_seq_len, progress),
+    )
 
 
 def plot_acceptance(runs: dict[str, StreamRun], path: Path, title: str) -> None:
@@ -86,24 +86,43 @@ def markdown_table(rows: list[dict], cols: list[tuple[str, str]]) -> str:
     return "\n".join([head, sep, *body])
 
 
-def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Path, state: Path,
-           progress: bool) -> tuple[Path, Path, dict]:
+def _adapt(
+    s: DemoSettings, name: str, folders: dict[str, Path], target_path: Path, state: Path, progress: bool
+) -> tuple[Path, Path, dict]:
     """One pass of online adaptation over the stream's first train prompts: returns the adapted
     drafter (exported for the demo's backend), its n-gram cache, and a summary."""
-    from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
     from tqdm import tqdm
 
+    from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+
     auto = s.draft_len == "auto"
-    cfg = AdaptConfig(mode="lora", loss="hybrid", rank=s.adapt_rank, lr=s.adapt_lr, every=s.adapt_every,
-                      steps_per_update=s.adapt_steps, engine=s.adapt_engine,
-                      distill_temperature=s.adapt_temperature, max_new_tokens=s.max_new_tokens,
-                      draft_len=s.draft_len, gamma=s.gamma, train_head=auto, head_variant="interleaved",
-                      tune_gamma=auto)
+    cfg = AdaptConfig(
+        mode="lora",
+        loss="hybrid",
+        rank=s.adapt_rank,
+        lr=s.adapt_lr,
+        every=s.adapt_every,
+        steps_per_update=s.adapt_steps,
+        engine=s.adapt_engine,
+        distill_temperature=s.adapt_temperature,
+        max_new_tokens=s.max_new_tokens,
+        draft_len=s.draft_len,
+        gamma=s.gamma,
+        train_head=auto,
+        head_variant="interleaved",
+        tune_gamma=auto,
+    )
     train = [p.prompt for p in load_stream(name, "train")[: s.adapt_prompts]]
     # The adapter decodes with the deployed target (the backend's export) so its targets are on-policy.
     ad = OnlineAdapter(folders["drafter"], target_path, state / "adapt" / name, cfg)
-    bar = tqdm(total=len(train), desc=f"{name}: adapt (LoRA, hybrid)", file=sys.stderr, disable=not progress,
-               leave=False, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(train),
+        desc=f"{name}: adapt (LoRA, hybrid)",
+        file=sys.stderr,
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+    )
     acc = [0, 0]
 
     def on_prompt(i: int, rec) -> None:
@@ -122,15 +141,29 @@ def _adapt(s: DemoSettings, name: str, folders: dict[str, Path], target_path: Pa
         from omnidraft.export.pipeline import export_model
 
         out = ad.dir / f"drafter-{fmt}-{quant}"
-        export_model(merged, fmt, quant, s.max_seq_len, out, progress=progress,
-                     accept_head=merged if auto else None,  # the head goes inside the ONNX graph
-                     draft_vocab=drafter_vocab(merged))
+        export_model(
+            merged,
+            fmt,
+            quant,
+            s.max_seq_len,
+            out,
+            progress=progress,
+            accept_head=merged if auto else None,  # the head goes inside the ONNX graph
+            draft_vocab=drafter_vocab(merged),
+        )
         merged = out
-    summary = {"train_prompts": len(log.acceptance), "updates": ad.updates, "engine": ad.trainer.engine,
-               "train_stream_acceptance": round(sum(log.accepted) / max(sum(log.proposed), 1), 4),
-               "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
-               "seconds": {"decode": round(log.decode_seconds, 1), "train": round(log.train_seconds, 1),
-                           "publish": round(log.publish_seconds, 1)}}
+    summary = {
+        "train_prompts": len(log.acceptance),
+        "updates": ad.updates,
+        "engine": ad.trainer.engine,
+        "train_stream_acceptance": round(sum(log.accepted) / max(sum(log.proposed), 1), 4),
+        "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
+        "seconds": {
+            "decode": round(log.decode_seconds, 1),
+            "train": round(log.train_seconds, 1),
+            "publish": round(log.publish_seconds, 1),
+        },
+    }
     if auto:
         summary["gamma"] = round(ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma, 4)
         summary["k_max"] = ad.gamma_ctl.k_max if ad.gamma_ctl is not None else DecodeConfig().max_draft_len
@@ -146,11 +179,17 @@ def _warm_up(dec, prompt: str) -> None:
 def _row(name: str, phase: str, run: StreamRun, base: StreamRun, cache_entries: int) -> dict:
     n = min(base.prompts, run.prompts)
     r = run.row()
-    r.update(stream=name, phase=phase, target_only_tokens_per_s=round(base.tokens_per_s, 2),
-             speedup=round(run.tokens_per_s / base.tokens_per_s, 3) if base.tokens_per_s else 0.0,
-             decode_speedup=round(run.decode_tokens_per_s / base.decode_tokens_per_s, 3)
-             if base.decode_tokens_per_s else 0.0,
-             identical_to_target_only=base.outputs[:n] == run.outputs[:n], ngram_cache_entries=cache_entries)
+    r.update(
+        stream=name,
+        phase=phase,
+        target_only_tokens_per_s=round(base.tokens_per_s, 2),
+        speedup=round(run.tokens_per_s / base.tokens_per_s, 3) if base.tokens_per_s else 0.0,
+        decode_speedup=round(run.decode_tokens_per_s / base.decode_tokens_per_s, 3)
+        if base.decode_tokens_per_s
+        else 0.0,
+        identical_to_target_only=base.outputs[:n] == run.outputs[:n],
+        ngram_cache_entries=cache_entries,
+    )
     return r
 
 
@@ -168,14 +207,20 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
         raise InvalidArgument(f"--adapt-prompts must be >= 0 (got {s.adapt_prompts}); 0 skips adaptation")
     auto = s.draft_len == "auto"
     if auto and s.backend == "executorch":
-        raise InvalidArgument("--draft-len auto: ExecuTorch drafters do not carry an acceptance head yet; "
-                              "use --backend ort or torch, or a fixed --draft-len K")
+        raise InvalidArgument(
+            "--draft-len auto: ExecuTorch drafters do not carry an acceptance head yet; "
+            "use --backend ort or torch, or a fixed --draft-len K"
+        )
     unknown = [n for n in s.adapt_streams if n not in STREAMS]
     if unknown:
-        raise InvalidArgument(f"unknown --adapt-streams {', '.join(unknown)}; choose from {', '.join(STREAMS)}, all or none")
+        raise InvalidArgument(
+            f"unknown --adapt-streams {', '.join(unknown)}; choose from {', '.join(STREAMS)}, all or none"
+        )
     if auto and not (s.adapt_prompts and set(s.adapt_streams) & set(s.streams)):
-        raise InvalidArgument("--draft-len auto needs the acceptance head the adaptation pass trains; "
-                              "set --adapt-prompts N >= 1 and --adapt-streams, or use a fixed --draft-len K")
+        raise InvalidArgument(
+            "--draft-len auto needs the acceptance head the adaptation pass trains; "
+            "set --adapt-prompts N >= 1 and --adapt-streams, or use a fixed --draft-len K"
+        )
     folders = check_bundled()
     drafter_path, target_path = open_models(s.backend, s.max_seq_len, progress)
     state = s.out / "state"
@@ -187,8 +232,13 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
         prompts = [p.prompt for p in load_stream(name, "test")[: s.prompts]]
         dec = open_pair(target_path, drafter_path)
         _warm_up(dec, prompts[0])
-        base = run_stream(dec, prompts, DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only"),
-                          f"{name}: target-only", progress)
+        base = run_stream(
+            dec,
+            prompts,
+            DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only"),
+            f"{name}: target-only",
+            progress,
+        )
         spec = run_stream(dec, prompts, cfg, f"{name}: omnidraft", progress)
         rows.append(_row(name, "untrained", spec, base, len(dec.cache)))
         curves[f"{name} (untrained)"] = spec
@@ -207,21 +257,35 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             curves[f"{name} (adapted)"] = after
             if after.interrupted:
                 break
-    report = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()},
-              "drafter": str(drafter_path), "target": str(target_path), "rows": rows, "adaptation": adaptation}
+    report = {
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()},
+        "drafter": str(drafter_path),
+        "target": str(target_path),
+        "rows": rows,
+        "adaptation": adaptation,
+    }
     write_json(s.out / "report.json", report)
     plot_acceptance(curves, s.out / "acceptance.png", f"omnidraft demo ({s.backend}): acceptance on held-out prompts")
     return report
 
 
 def summary_table(report: dict) -> str:
-    return markdown_table(report["rows"], [
-        ("stream", "stream"), ("phase", "drafter"), ("target_only_tokens_per_s", "target-only tok/s"),
-        ("tokens_per_s", "omnidraft tok/s"),
-        ("speedup", "speedup"), ("decode_speedup", "decode speedup"), ("acceptance_rate", "acceptance"),
-        ("tokens_per_step", "tokens/target call"),
-        ("ngram_hits_per_step", "n-gram hits/step"), ("ngram_cache_entries", "cache entries"),
-        ("identical_to_target_only", "identical output")])
+    return markdown_table(
+        report["rows"],
+        [
+            ("stream", "stream"),
+            ("phase", "drafter"),
+            ("target_only_tokens_per_s", "target-only tok/s"),
+            ("tokens_per_s", "omnidraft tok/s"),
+            ("speedup", "speedup"),
+            ("decode_speedup", "decode speedup"),
+            ("acceptance_rate", "acceptance"),
+            ("tokens_per_step", "tokens/target call"),
+            ("ngram_hits_per_step", "n-gram hits/step"),
+            ("ngram_cache_entries", "cache entries"),
+            ("identical_to_target_only", "identical output"),
+        ],
+    )
 
 
 def main_print(report: dict, out: Path) -> None:

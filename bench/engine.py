@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from tqdm import tqdm
 
@@ -33,13 +33,16 @@ class Pair:
     target: Path
     name: str
 
-    def paths(self, backend: str, max_seq_len: int, progress: bool = True,
-              draft_vocab: int | None = DRAFT_VOCAB) -> tuple[Path, Path]:
+    def paths(
+        self, backend: str, max_seq_len: int, progress: bool = True, draft_vocab: int | None = DRAFT_VOCAB
+    ) -> tuple[Path, Path]:
         fmt, quant = BACKENDS[backend]
         if fmt is None:
             return self.drafter, self.target
-        return (drafter_export(self.drafter, fmt, quant, max_seq_len, progress, draft_vocab=draft_vocab),
-                cached_export(self.target, fmt, quant, max_seq_len, progress))
+        return (
+            drafter_export(self.drafter, fmt, quant, max_seq_len, progress, draft_vocab=draft_vocab),
+            cached_export(self.target, fmt, quant, max_seq_len, progress),
+        )
 
 
 def resolve_pair(spec: str) -> Pair:
@@ -49,7 +52,9 @@ def resolve_pair(spec: str) -> Pair:
         return Pair(f["drafter"], f["target"], "bundled")
     parts = [p.strip() for p in spec.split(",")]
     if len(parts) != 2 or not all(parts):
-        raise InvalidArgument(f"unknown pair {spec!r}; use 'bundled' or 'DRAFTER,TARGET' (two Hugging Face model folders)")
+        raise InvalidArgument(
+            f"unknown pair {spec!r}; use 'bundled' or 'DRAFTER,TARGET' (two Hugging Face model folders)"
+        )
     for p in parts:
         check_hf_folder(Path(p))
     return Pair(Path(parts[0]), Path(parts[1]), spec)
@@ -116,8 +121,9 @@ def load_drafter(path: Path) -> LoadedModel:
 class Engine:
     """Drafter and target loaded once for one backend; every run gets its own decoder and cache."""
 
-    def __init__(self, backend: str, drafter_path: Path, target_path: Path, threads: int | None = None,
-                 splits: bool = True) -> None:
+    def __init__(
+        self, backend: str, drafter_path: Path, target_path: Path, threads: int | None = None, splits: bool = True
+    ) -> None:
         self.backend = backend
         self.splits = splits  # ngram-mode greedy runs may propose split drafter tokens (runtime/vocab.py)
         self.threads = threads
@@ -139,7 +145,9 @@ class Engine:
 
     def decoder(self, cache: NgramCache | None = None, drafter: LoadedModel | None = None) -> SpeculativeDecoder:
         # A fresh decoder per job: its draft mask is keyed on the cache it was built with.
-        return SpeculativeDecoder(self.target, drafter or self.drafter, cache if cache is not None else self.new_cache())
+        return SpeculativeDecoder(
+            self.target, drafter or self.drafter, cache if cache is not None else self.new_cache()
+        )
 
     def warm_up(self, prompt: str, drafter: LoadedModel | None = None) -> None:
         """One short untimed decode per mode (on a throwaway cache), so first-call costs (allocations,
@@ -148,21 +156,41 @@ class Engine:
         for mode in ("target-only", "dm", "ngram"):
             dec.generate(prompt, DecodeConfig(max_new_tokens=4, draft_len=2, mode=mode, splits=self.splits))
 
-    def job(self, name: str, prompts: list[str], mode: str, draft_len: int | str, max_new_tokens: int,
-            cache: NgramCache | None = None, on_verified=None, drafter: LoadedModel | None = None,
-            gamma: float = 0.5, tune=None, on_result=None, max_draft_len: int = 16) -> Job:
+    def job(
+        self,
+        name: str,
+        prompts: list[str],
+        mode: str,
+        draft_len: int | str,
+        max_new_tokens: int,
+        cache: NgramCache | None = None,
+        on_verified=None,
+        drafter: LoadedModel | None = None,
+        gamma: float = 0.5,
+        tune=None,
+        on_result=None,
+        max_draft_len: int = 16,
+    ) -> Job:
         """``draft_len`` "auto": adaptive drafting at ``gamma``, or tuned per prompt by ``tune`` (a
         runtime.gamma.GammaController, fed each traced prompt); ``on_result`` gets each traced
         DecodeResult (calibration)."""
         dec = self.decoder(cache, drafter)
-        cfg = DecodeConfig(max_new_tokens=max_new_tokens, draft_len=draft_len, mode=mode, splits=self.splits,
-                           gamma=gamma, max_draft_len=max_draft_len)
+        cfg = DecodeConfig(
+            max_new_tokens=max_new_tokens,
+            draft_len=draft_len,
+            mode=mode,
+            splits=self.splits,
+            gamma=gamma,
+            max_draft_len=max_draft_len,
+        )
         if tune is not None:
             tune.configure(cfg)
         run = StreamRun(name, mode, draft_len)
 
         def step(i: int) -> None:
-            out = dec.generate(prompts[i], cfg, on_verified=on_verified, trace=on_result is not None or tune is not None)
+            out = dec.generate(
+                prompts[i], cfg, on_verified=on_verified, trace=on_result is not None or tune is not None
+            )
             if tune is not None:
                 # The controller's replay is part of this row's cost (about 1 % of decode time at most).
                 t0 = time.perf_counter()
@@ -178,9 +206,18 @@ class Engine:
 
         return Job(name, step, run, dec)
 
-    def run(self, prompts: list[str], mode: str, draft_len: int, max_new_tokens: int, label: str,
-            cache: NgramCache | None = None, on_verified=None, progress: bool = True,
-            drafter: LoadedModel | None = None) -> StreamRun:
+    def run(
+        self,
+        prompts: list[str],
+        mode: str,
+        draft_len: int,
+        max_new_tokens: int,
+        label: str,
+        cache: NgramCache | None = None,
+        on_verified=None,
+        progress: bool = True,
+        drafter: LoadedModel | None = None,
+    ) -> StreamRun:
         """A single job over ``prompts`` (a pass that fills a cache, not a timed comparison)."""
         job = self.job(label, prompts, mode, draft_len, max_new_tokens, cache, on_verified, drafter)
         return interleave([job], len(prompts), label, progress)[label]
@@ -189,5 +226,7 @@ class Engine:
         """The prompt leaves room for the generation and the longest draft in both KV caches."""
         t = len(self.target.codec.start_ids) + len(self.target.codec.encode(prompt))
         d = len(self.drafter.codec.start_ids) + len(self.drafter.codec.encode(prompt))
-        return (t + max_new_tokens + k_max + 1 <= self.target.backend.max_seq_len
-                and d + 2 * max_new_tokens + k_max + 1 <= self.drafter.backend.max_seq_len)
+        return (
+            t + max_new_tokens + k_max + 1 <= self.target.backend.max_seq_len
+            and d + 2 * max_new_tokens + k_max + 1 <= self.drafter.backend.max_seq_len
+        )

@@ -27,10 +27,12 @@ _T1 = {
     ("Qwen2-7B", "hybrid+lora"): [(0.31, 1.41), (0.21, 1.21), (0.18, 1.25), (0.22, 1.21)],
 }
 PAPER_TABLE1 = {(tgt, m, task): v for (tgt, m), vals in _T1.items() for task, v in zip(_T1_COLS, vals)}
-PAPER_TABLE5_K3 = {("Llama3-8B", "spd-dm", "GSM8K"): (0.16, 1.04),
-                   ("Llama3-8B", "spd-dm+ngram_pp", "GSM8K"): (0.20, 1.16),
-                   ("Llama3-8B", "l-dm", "GSM8K"): (0.40, 1.59),
-                   ("Llama3-8B", "hybrid", "GSM8K"): (0.46, 1.66)}
+PAPER_TABLE5_K3 = {
+    ("Llama3-8B", "spd-dm", "GSM8K"): (0.16, 1.04),
+    ("Llama3-8B", "spd-dm+ngram_pp", "GSM8K"): (0.20, 1.16),
+    ("Llama3-8B", "l-dm", "GSM8K"): (0.40, 1.59),
+    ("Llama3-8B", "hybrid", "GSM8K"): (0.46, 1.66),
+}
 
 
 def speedup_bound(alpha: float, k: int, c: float) -> float:
@@ -50,8 +52,12 @@ def ideal_speedup(tokens_per_step: float, drafter_calls_per_step: float, c: floa
     return tokens_per_step / (1.0 + c * drafter_calls_per_step)
 
 
-def projected_speedup(tokens_per_step: float, drafter_calls_per_step: float, target_latency_s: float,
-                      drafter_latency_s: float = PAPER_LATENCY_S["Llama-68M"]) -> float:
+def projected_speedup(
+    tokens_per_step: float,
+    drafter_calls_per_step: float,
+    target_latency_s: float,
+    drafter_latency_s: float = PAPER_LATENCY_S["Llama-68M"],
+) -> float:
     """Paper (Medusa) convention: acceleration rate / overhead, where the overhead is the per-step
     latency ratio (target step + drafter calls) / target step, at the paper's per-step latencies."""
     overhead = (target_latency_s + drafter_calls_per_step * drafter_latency_s) / target_latency_s

@@ -77,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     except OmnidraftError as exc:
         print(f"omnidraft.bench.oracle: error: {exc}", file=sys.stderr)
         return 1
-    print(f"{args.stream}, {args.prompts} test prompts: {oracle.tokens} target tokens, {oracle.numbers} numbers "
-          f"({oracle.numbers / max(oracle.tokens, 1):.0%}; {oracle.numbers_seen_before} written earlier in the prompt or answer)")
-    print(f"oracle drafter (every other token right, every number wrong): {oracle.tokens_per_call:.2f} tokens per "
-          f"target call, speedup bound {oracle.speedup:.2f}x at c = {args.cost_ratio}, v = {args.verify_cost}")
+    print(
+        f"{args.stream}, {args.prompts} test prompts: {oracle.tokens} target tokens, {oracle.numbers} numbers "
+        f"({oracle.numbers / max(oracle.tokens, 1):.0%}; {oracle.numbers_seen_before} written earlier in the prompt or answer)"
+    )
+    print(
+        f"oracle drafter (every other token right, every number wrong): {oracle.tokens_per_call:.2f} tokens per "
+        f"target call, speedup bound {oracle.speedup:.2f}x at c = {args.cost_ratio}, v = {args.verify_cost}"
+    )
     return 0
 
 

@@ -21,18 +21,24 @@ REPLAYABLE = ("spd-dm", "spd-dm+ngram", "spd-dm+ngram_pp")
 NEEDS_HEAD = ("hybrid+adaptive",)
 
 
-def best_method(bench: "Bench", st: "_Stream", backend: str | None = None) -> str | None:
+def best_method(bench: Bench, st: _Stream, backend: str | None = None) -> str | None:
     """The fastest measured method of this stream on the main backend that can be replayed on
     ``backend`` (an adapted drafter is an HF folder, exported like any other)."""
     from omnidraft.bench import adapted
 
-    rows = [r for r in bench.report["rows"] if r["stream"] == st.name and r.get("status") == "ok"
-            and r["method"] != "target-only" and (r["method"] in REPLAYABLE or adapted.replayable(r["method"]))
-            and not (backend == "executorch" and r["method"] in NEEDS_HEAD)]
+    rows = [
+        r
+        for r in bench.report["rows"]
+        if r["stream"] == st.name
+        and r.get("status") == "ok"
+        and r["method"] != "target-only"
+        and (r["method"] in REPLAYABLE or adapted.replayable(r["method"]))
+        and not (backend == "executorch" and r["method"] in NEEDS_HEAD)
+    ]
     return max(rows, key=lambda r: r["tokens_per_s"])["method"] if rows else None
 
 
-def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
+def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
     """Target-only and ``method`` on ``backend``, starting from the same state as the method row."""
     from omnidraft.bench import adapted
 
@@ -53,25 +59,35 @@ def _own_jobs(bench: "Bench", st: "_Stream", backend: str, method: str) -> list:
         from omnidraft.runtime.gamma import GammaController
 
         if not has_accept_head(drafter.backend):
-            raise InvalidArgument(f"the {backend} drafter has no acceptance head (ExecuTorch drafters do not carry "
-                                  "one yet)")
+            raise InvalidArgument(
+                f"the {backend} drafter has no acceptance head (ExecuTorch drafters do not carry one yet)"
+            )
         # tuned on the same train prompts as the row, on this backend's own costs
         k, tune = "auto", GammaController(gamma=s.gamma, k_max=16)
         skip = bench.adapted[(st.name, method)]["summary"]["train_prompts"]
         bench.tune_controller(eng, st.name, load_stream(st.name, "train"), drafter, tune, skip)
-    return [eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
-            eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune)]
+    return [
+        eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
+        eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune),
+    ]
 
 
 def _peer(stream: str, name: str, run, hf_base, reference, reference_name: str | None, **extra) -> dict:
     tps = run.tokens_per_s
-    return {"stream": stream, "name": name, "tokens_per_s": round(tps, 2), "prompts": run.prompts,
-            "speedup_vs_hf_target_only": round(tps / hf_base.tokens_per_s, 4) if hf_base and hf_base.tokens_per_s else None,
-            "outputs_match_target_only": run.outputs == reference if reference is not None else None,
-            "compared_with": reference_name if reference is not None else None, "status": "ok", **extra}
+    return {
+        "stream": stream,
+        "name": name,
+        "tokens_per_s": round(tps, 2),
+        "prompts": run.prompts,
+        "speedup_vs_hf_target_only": round(tps / hf_base.tokens_per_s, 4) if hf_base and hf_base.tokens_per_s else None,
+        "outputs_match_target_only": run.outputs == reference if reference is not None else None,
+        "compared_with": reference_name if reference is not None else None,
+        "status": "ok",
+        **extra,
+    }
 
 
-def run_peers(bench: "Bench", st: "_Stream") -> None:
+def run_peers(bench: Bench, st: _Stream) -> None:
     s = bench.s
     methods = {b: best_method(bench, st, b) for b in OWN_BACKENDS if b in s.peers}
     jobs, own, failed = [], [], []
@@ -81,9 +97,17 @@ def run_peers(bench: "Bench", st: "_Stream") -> None:
             own.append(backend)
         except Exception as exc:  # noqa: BLE001 -- e.g. an export failing its parity gate: say so, keep going
             msg = str(exc) if isinstance(exc, OmnidraftError) else repr(exc)
-            failed.append({"stream": st.name, "name": f"omnidraft-{backend}", "status": f"failed: {msg}".splitlines()[0],
-                           "tokens_per_s": None, "speedup_vs_hf_target_only": None,
-                           "outputs_match_target_only": None, "method": method})
+            failed.append(
+                {
+                    "stream": st.name,
+                    "name": f"omnidraft-{backend}",
+                    "status": f"failed: {msg}".splitlines()[0],
+                    "tokens_per_s": None,
+                    "speedup_vs_hf_target_only": None,
+                    "outputs_match_target_only": None,
+                    "method": method,
+                }
+            )
     uag = []
     if "hf" in s.peers:
         tgt = bench.engine(s.backend).target
@@ -94,8 +118,9 @@ def run_peers(bench: "Bench", st: "_Stream") -> None:
         for cfg in uag_configs(st.draft_len, bench.hf.uag_defaults):
             jobs.append(bench.hf.job("hf-assisted-uag", cfg, ids, s.max_new_tokens))
             uag.append(jobs[-1].name)
-        jobs.append(bench.hf.job("hf-prompt-lookup", {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}, ids,
-                                 s.max_new_tokens))
+        jobs.append(
+            bench.hf.job("hf-prompt-lookup", {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}, ids, s.max_new_tokens)
+        )
     bench.report["peers"].extend(failed)
     if not jobs:
         return
@@ -105,20 +130,51 @@ def run_peers(bench: "Bench", st: "_Stream") -> None:
     if hf_base is not None:
         torch_ref = runs.get("omnidraft-torch target-only")
         # Same engine, same prompt ids: HF's greedy output should equal ours token for token.
-        peers.append(_peer(st.name, "hf-target-only", hf_base, hf_base, torch_ref.outputs if torch_ref else None,
-                           "omnidraft torch target-only", config={}))
+        peers.append(
+            _peer(
+                st.name,
+                "hf-target-only",
+                hf_base,
+                hf_base,
+                torch_ref.outputs if torch_ref else None,
+                "omnidraft torch target-only",
+                config={},
+            )
+        )
     for backend in own:
         base, run, method = runs[f"omnidraft-{backend} target-only"], runs[f"omnidraft-{backend}"], methods[backend]
-        peers.append(_peer(
-            st.name, f"omnidraft-{backend}", run, hf_base, base.outputs, f"omnidraft {backend} target-only",
-            method=method, draft_len="auto" if method == "hybrid+adaptive" else st.ks.get(method, st.draft_len),
-            own_target_only_tokens_per_s=round(base.tokens_per_s, 2),
-            speedup_vs_own_target_only=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None))
+        peers.append(
+            _peer(
+                st.name,
+                f"omnidraft-{backend}",
+                run,
+                hf_base,
+                base.outputs,
+                f"omnidraft {backend} target-only",
+                method=method,
+                draft_len="auto" if method == "hybrid+adaptive" else st.ks.get(method, st.draft_len),
+                own_target_only_tokens_per_s=round(base.tokens_per_s, 2),
+                speedup_vs_own_target_only=round(run.tokens_per_s / base.tokens_per_s, 4)
+                if base.tokens_per_s
+                else None,
+            )
+        )
     if hf_base is not None:
         tried = [runs[n] for n in uag]
         best = max(tried, key=lambda r: r.tokens_per_s)
-        peers.append(_peer(st.name, "hf-assisted-uag", best, hf_base, hf_base.outputs, "hf-target-only",
-                           config=best.config,
-                           tried=[{"config": r.config, "tokens_per_s": round(r.tokens_per_s, 2)} for r in tried]))
+        peers.append(
+            _peer(
+                st.name,
+                "hf-assisted-uag",
+                best,
+                hf_base,
+                hf_base.outputs,
+                "hf-target-only",
+                config=best.config,
+                tried=[{"config": r.config, "tokens_per_s": round(r.tokens_per_s, 2)} for r in tried],
+            )
+        )
         pl = runs["hf-prompt-lookup"]
-        peers.append(_peer(st.name, "hf-prompt-lookup", pl, hf_base, hf_base.outputs, "hf-target-only", config=pl.config))
+        peers.append(
+            _peer(st.name, "hf-prompt-lookup", pl, hf_base, hf_base.outputs, "hf-target-only", config=pl.config)
+        )

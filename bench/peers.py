@@ -43,8 +43,10 @@ class HFPeers:
         self.target_tok = PreTrainedTokenizerFast(tokenizer_file=str(Path(target_folder) / "tokenizer.json"))
         self.drafter_tok = PreTrainedTokenizerFast(tokenizer_file=str(Path(drafter_folder) / "tokenizer.json"))
         self.eos = sorted(eos_ids)
-        self.uag_defaults = {k: getattr(self.drafter.generation_config, k, None) for k in
-                             ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
+        self.uag_defaults = {
+            k: getattr(self.drafter.generation_config, k, None)
+            for k in ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+        }
 
     def _configure(self, name: str, config: dict) -> None:
         if name == "hf-assisted-uag":
@@ -65,10 +67,16 @@ class HFPeers:
         torch = self.torch
         x = torch.tensor([ids], dtype=torch.long)
         with torch.inference_mode():
-            out = self.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                                       do_sample=False, eos_token_id=self.eos, pad_token_id=self.eos[0],
-                                       **self._kwargs(name, config))
-        return out[0, len(ids):].tolist()
+            out = self.target.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=self.eos,
+                pad_token_id=self.eos[0],
+                **self._kwargs(name, config),
+            )
+        return out[0, len(ids) :].tolist()
 
     def job(self, name: str, config: dict, prompt_ids: list[list[int]], max_new_tokens: int):
         """An interleavable job (bench.engine.Job): greedy generation of prompt i, timed; one untimed
@@ -94,10 +102,16 @@ class HFPeers:
 def uag_configs(draft_len: int, defaults: dict) -> list[dict]:
     """UAG as a user gets it (HF defaults) and with our tuned draft length, so HF is not handicapped
     by its defaults; the faster of the two is reported."""
-    resolved = {"num_assistant_tokens": defaults.get("num_assistant_tokens") or 20,
-                "num_assistant_tokens_schedule": defaults.get("num_assistant_tokens_schedule") or "constant",
-                "assistant_confidence_threshold": defaults.get("assistant_confidence_threshold") or 0.4,
-                "label": "hf defaults"}
-    tuned = {"num_assistant_tokens": draft_len, "num_assistant_tokens_schedule": "constant",
-             "assistant_confidence_threshold": resolved["assistant_confidence_threshold"], "label": f"K={draft_len}"}
+    resolved = {
+        "num_assistant_tokens": defaults.get("num_assistant_tokens") or 20,
+        "num_assistant_tokens_schedule": defaults.get("num_assistant_tokens_schedule") or "constant",
+        "assistant_confidence_threshold": defaults.get("assistant_confidence_threshold") or 0.4,
+        "label": "hf defaults",
+    }
+    tuned = {
+        "num_assistant_tokens": draft_len,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": resolved["assistant_confidence_threshold"],
+        "label": f"K={draft_len}",
+    }
     return [resolved, tuned]

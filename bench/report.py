@@ -30,86 +30,200 @@ def _methods(report: dict) -> str:
         if r.get("tuning", {}).get("prompts"):  # hybrid+adaptive: where its controller started the timed row
             t = r["tuning"]
             k += f" (from {t['prompts']} train prompts: " + (
-                "drafting off)" if t["drafting"] == "off" else f"γ {t['gamma']:g}, K_max {t['k_max']})")
-        rows.append({"stream": r["stream"], "method": r["method"], "k": k,
-                     "acc": _f(r["acceptance_rate"]), "tps": _f(r["tokens_per_step"], "{:.2f}"),
-                     "hits": _f(r["ngram_hits_per_step"], "{:.2f}"),
-                     "splits": _f(r.get("split_tokens_per_step"), "{:.2f}"), "tok_s": _f(r["tokens_per_s"], "{:.1f}"),
-                     "speedup": _x(r["speedup"]), "dspeed": _x(r.get("decode_speedup")),
-                     "bound": _x(r["bound"]), "ratio": _f(r["bound_ratio"], "{:.2f}"),
-                     "ideal": _x(r.get("ideal")), "iratio": _f(r.get("ideal_ratio"), "{:.2f}"),
-                     "c": _f(r.get("cost_ratio"), "{:.3f}"), "same": _f(r["outputs_match_target_only"]),
-                     "cache": r.get("cache") or "–", "status": "ok"})
-    return markdown_table(rows, [
-        ("stream", "stream"), ("method", "method"), ("k", "K"), ("acc", "acceptance"), ("tps", "tokens/target call"),
-        ("hits", "n-gram hits/step"), ("splits", "split tokens/step"), ("tok_s", "tok/s"), ("speedup", "speedup"),
-        ("dspeed", "decode speedup"), ("bound", "bound"),
-        ("ratio", "measured/bound"), ("ideal", "ideal at measured tokens/call"), ("iratio", "measured/ideal"),
-        ("c", "c"), ("same", "same output as target-only"), ("cache", "n-gram cache"),
-        ("status", "status")])
+                "drafting off)" if t["drafting"] == "off" else f"γ {t['gamma']:g}, K_max {t['k_max']})"
+            )
+        rows.append(
+            {
+                "stream": r["stream"],
+                "method": r["method"],
+                "k": k,
+                "acc": _f(r["acceptance_rate"]),
+                "tps": _f(r["tokens_per_step"], "{:.2f}"),
+                "hits": _f(r["ngram_hits_per_step"], "{:.2f}"),
+                "splits": _f(r.get("split_tokens_per_step"), "{:.2f}"),
+                "tok_s": _f(r["tokens_per_s"], "{:.1f}"),
+                "speedup": _x(r["speedup"]),
+                "dspeed": _x(r.get("decode_speedup")),
+                "bound": _x(r["bound"]),
+                "ratio": _f(r["bound_ratio"], "{:.2f}"),
+                "ideal": _x(r.get("ideal")),
+                "iratio": _f(r.get("ideal_ratio"), "{:.2f}"),
+                "c": _f(r.get("cost_ratio"), "{:.3f}"),
+                "same": _f(r["outputs_match_target_only"]),
+                "cache": r.get("cache") or "–",
+                "status": "ok",
+            }
+        )
+    return markdown_table(
+        rows,
+        [
+            ("stream", "stream"),
+            ("method", "method"),
+            ("k", "K"),
+            ("acc", "acceptance"),
+            ("tps", "tokens/target call"),
+            ("hits", "n-gram hits/step"),
+            ("splits", "split tokens/step"),
+            ("tok_s", "tok/s"),
+            ("speedup", "speedup"),
+            ("dspeed", "decode speedup"),
+            ("bound", "bound"),
+            ("ratio", "measured/bound"),
+            ("ideal", "ideal at measured tokens/call"),
+            ("iratio", "measured/ideal"),
+            ("c", "c"),
+            ("same", "same output as target-only"),
+            ("cache", "n-gram cache"),
+            ("status", "status"),
+        ],
+    )
 
 
 def _projected(report: dict) -> str:
     rows = []
     for p in report["projected"]:
-        r = {"stream": f"{p['stream']} ({PAPER_TASK.get(p['stream'], '?')})", "method": p["method"],
-             "acc": _f(p["acceptance_rate"]), "tps": _f(p["tokens_per_step"], "{:.2f}"),
-             "calls": _f(p["drafter_calls_per_step"], "{:.2f}")}
+        r = {
+            "stream": f"{p['stream']} ({PAPER_TASK.get(p['stream'], '?')})",
+            "method": p["method"],
+            "acc": _f(p["acceptance_rate"]),
+            "tps": _f(p["tokens_per_step"], "{:.2f}"),
+            "calls": _f(p["drafter_calls_per_step"], "{:.2f}"),
+        }
         for t in PROJECTION_TARGETS:
             r[f"proj_{t}"] = _x(p[f"projected_speedup_{t}"])
             acc, spd = p[f"paper_acceptance_{t}"], p[f"paper_speedup_{t}"]
             r[f"paper_{t}"] = f"{acc:.2f} / {spd:.2f}x" if acc is not None else "–"
         rows.append(r)
-    cols = [("stream", "stream (paper task)"), ("method", "method"), ("acc", "our acceptance"),
-            ("tps", "our tokens/step"), ("calls", "drafter calls/step")]
+    cols = [
+        ("stream", "stream (paper task)"),
+        ("method", "method"),
+        ("acc", "our acceptance"),
+        ("tps", "our tokens/step"),
+        ("calls", "drafter calls/step"),
+    ]
     for t in PROJECTION_TARGETS:
         cols += [(f"proj_{t}", f"**projected** speedup, {t}"), (f"paper_{t}", f"paper {t} acc / speedup")]
     return markdown_table(rows, cols)
 
 
 def _peers(report: dict) -> str:
-    rows = [{"stream": p["stream"], "name": p["name"], "method": p.get("method", "–"),
-             "k": _f(p.get("draft_len"), "{}"), "tok_s": _f(p["tokens_per_s"], "{:.1f}"),
-             "hf": _x(p["speedup_vs_hf_target_only"]), "own": _x(p.get("speedup_vs_own_target_only")),
-             "same": _f(p["outputs_match_target_only"]), "vs": p.get("compared_with") or "–",
-             "config": ", ".join(f"{k}={v}" for k, v in (p.get("config") or {}).items() if k != "label") or "–",
-             "status": p.get("status", "ok")}
-            for p in report["peers"]]
-    return markdown_table(rows, [
-        ("stream", "stream"), ("name", "peer"), ("method", "omnidraft method"), ("k", "K"), ("tok_s", "tok/s"),
-        ("hf", "speedup vs HF target-only"), ("own", "speedup vs own target-only"),
-        ("same", "same output as target-only"), ("vs", "compared with"), ("config", "HF settings"),
-        ("status", "status")])
+    rows = [
+        {
+            "stream": p["stream"],
+            "name": p["name"],
+            "method": p.get("method", "–"),
+            "k": _f(p.get("draft_len"), "{}"),
+            "tok_s": _f(p["tokens_per_s"], "{:.1f}"),
+            "hf": _x(p["speedup_vs_hf_target_only"]),
+            "own": _x(p.get("speedup_vs_own_target_only")),
+            "same": _f(p["outputs_match_target_only"]),
+            "vs": p.get("compared_with") or "–",
+            "config": ", ".join(f"{k}={v}" for k, v in (p.get("config") or {}).items() if k != "label") or "–",
+            "status": p.get("status", "ok"),
+        }
+        for p in report["peers"]
+    ]
+    return markdown_table(
+        rows,
+        [
+            ("stream", "stream"),
+            ("name", "peer"),
+            ("method", "omnidraft method"),
+            ("k", "K"),
+            ("tok_s", "tok/s"),
+            ("hf", "speedup vs HF target-only"),
+            ("own", "speedup vs own target-only"),
+            ("same", "same output as target-only"),
+            ("vs", "compared with"),
+            ("config", "HF settings"),
+            ("status", "status"),
+        ],
+    )
 
 
 def _cache(report: dict) -> str:
     c = report["cache"]
-    t4 = [{"stream": t["stream"], "source": t["source"], "prompts": t["prompts"], "tokens": t.get("tokens"),
-           "entries": t["entries"], "file": t["serialized_bytes"], "mem": t["memory_bytes"],
-           "per": _f(t.get("memory_bytes_per_entry"), "{:.0f}"), "empty": t["empty_memory_bytes"],
-           "r1": _f(t.get("first_half_rate"), "{:.3f}"), "r2": _f(t.get("second_half_rate"), "{:.3f}")}
-          for t in c["tables"]]
-    out = [markdown_table(t4, [
-        ("stream", "stream"), ("source", "filled by"), ("prompts", "prompts"), ("tokens", "target tokens"),
-        ("entries", "entries"), ("file", "file bytes"), ("mem", "memory bytes (tracemalloc)"),
-        ("per", "bytes/entry (minus empty cache)"), ("empty", "empty-cache bytes"),
-        ("r1", "entries/token, 1st half"), ("r2", "entries/token, 2nd half")])]
+    t4 = [
+        {
+            "stream": t["stream"],
+            "source": t["source"],
+            "prompts": t["prompts"],
+            "tokens": t.get("tokens"),
+            "entries": t["entries"],
+            "file": t["serialized_bytes"],
+            "mem": t["memory_bytes"],
+            "per": _f(t.get("memory_bytes_per_entry"), "{:.0f}"),
+            "empty": t["empty_memory_bytes"],
+            "r1": _f(t.get("first_half_rate"), "{:.3f}"),
+            "r2": _f(t.get("second_half_rate"), "{:.3f}"),
+        }
+        for t in c["tables"]
+    ]
+    out = [
+        markdown_table(
+            t4,
+            [
+                ("stream", "stream"),
+                ("source", "filled by"),
+                ("prompts", "prompts"),
+                ("tokens", "target tokens"),
+                ("entries", "entries"),
+                ("file", "file bytes"),
+                ("mem", "memory bytes (tracemalloc)"),
+                ("per", "bytes/entry (minus empty cache)"),
+                ("empty", "empty-cache bytes"),
+                ("r1", "entries/token, 1st half"),
+                ("r2", "entries/token, 2nd half"),
+            ],
+        )
+    ]
     if c["eviction"]:
         names = {"none": "no cache", "full": "full"}
-        rows = [{"stream": e["stream"], "size": e["status"]} if e["status"] != "ok" else
-                {"stream": e["stream"], "size": names.get(e["size"], e["size"]), "policy": (e["policy"] or "–").upper(),
-                 "cap": _f(e["capacity"], "{}") if e["size"] != "full" else f"(none; reached {e['final_entries']})",
-                 "acc": _f(e["acceptance_rate"]), "spd": _x(e["speedup"])} for e in c["eviction"]]
-        out += ["", "Eviction (paper Table 14 layout): every cache starts empty and fills online on the test prompts; "
-                "all runs of a stream, with their own target-only, timed in lockstep.",
-                "", markdown_table(rows, [("stream", "stream"), ("size", "cache size"), ("policy", "policy"),
-                                          ("cap", "entries cap"), ("acc", "acceptance"), ("spd", "speedup")])]
+        rows = [
+            {"stream": e["stream"], "size": e["status"]}
+            if e["status"] != "ok"
+            else {
+                "stream": e["stream"],
+                "size": names.get(e["size"], e["size"]),
+                "policy": (e["policy"] or "–").upper(),
+                "cap": _f(e["capacity"], "{}") if e["size"] != "full" else f"(none; reached {e['final_entries']})",
+                "acc": _f(e["acceptance_rate"]),
+                "spd": _x(e["speedup"]),
+            }
+            for e in c["eviction"]
+        ]
+        out += [
+            "",
+            "Eviction (paper Table 14 layout): every cache starts empty and fills online on the test prompts; "
+            "all runs of a stream, with their own target-only, timed in lockstep.",
+            "",
+            markdown_table(
+                rows,
+                [
+                    ("stream", "stream"),
+                    ("size", "cache size"),
+                    ("policy", "policy"),
+                    ("cap", "entries cap"),
+                    ("acc", "acceptance"),
+                    ("spd", "speedup"),
+                ],
+            ),
+        ]
     return "\n".join(out)
 
 
 def _sweep(report: dict) -> str:
-    return markdown_table(report["sweep"], [("stream", "stream"), ("method", "drafter"), ("draft_len", "K"), ("prompts", "train prompts"),
-                                            ("acceptance_rate", "acceptance"), ("tokens_per_s", "tok/s")])
+    return markdown_table(
+        report["sweep"],
+        [
+            ("stream", "stream"),
+            ("method", "drafter"),
+            ("draft_len", "K"),
+            ("prompts", "train prompts"),
+            ("acceptance_rate", "acceptance"),
+            ("tokens_per_s", "tok/s"),
+        ],
+    )
 
 
 def _checks(report: dict) -> str:
@@ -118,10 +232,23 @@ def _checks(report: dict) -> str:
         for c in report.get("checks", {}).get(group, []):
             held = {True: "yes", False: "**no**", None: "not measured"}[c["holds"]]
             vals = ", ".join(f"{k}={v}" for k, v in c["values"].items())
-            rows.append({"group": group.replace("_", " "), "stream": c["stream"] or "–", "claim": c["claim"],
-                         "holds": held, "values": vals})
-    return markdown_table(rows, [("group", "kind"), ("stream", "stream"), ("claim", "claim"), ("holds", "holds"),
-                                 ("values", "measured")]) if rows else "(no data)"
+            rows.append(
+                {
+                    "group": group.replace("_", " "),
+                    "stream": c["stream"] or "–",
+                    "claim": c["claim"],
+                    "holds": held,
+                    "values": vals,
+                }
+            )
+    return (
+        markdown_table(
+            rows,
+            [("group", "kind"), ("stream", "stream"), ("claim", "claim"), ("holds", "holds"), ("values", "measured")],
+        )
+        if rows
+        else "(no data)"
+    )
 
 
 def markdown(report: dict) -> str:
@@ -133,29 +260,52 @@ def markdown(report: dict) -> str:
     if report["interrupted"]:
         lines += ["**Interrupted**: only the sections finished before Ctrl-C are below.", ""]
     threads = m.get("threads", {})
-    lines += [f"{m['date']} · {m['machine']['cpu_count']} CPUs ({m['machine']['machine']}), intra-op threads "
-              f"{s.get('threads') or 'library default'} (torch {threads.get('torch')}) · omnidraft {v.get('omnidraft')}, torch {v.get('torch')}, "
-              f"transformers {v.get('transformers')}, onnxruntime {v.get('onnxruntime')}, executorch {v.get('executorch')}",
-              f"Settings: {s['prompts']} held-out test prompts per stream, {s['max_new_tokens']} new tokens, greedy; "
-              f"K from {s['sweep_ks']} on {s['sweep_prompts']} train prompt(s); {'quick run' if s['quick'] else 'full run'}.",
-              "", "## 1. Methods per stream (measured wall-clock on this machine)", "",
-              "speedup = tok/s ÷ target-only tok/s (same backend, same run, same prompts; prompt pass included). "
-              "decode speedup leaves out the target's prompt pass, the same work in every row (the paper's per-step "
-              "convention; the drafter's own prompt pass stays in). bound = "
-              "(1 − α^(K+1)) / ((1 − α)(1 + cK)) with the row's acceptance α and c = drafter ms per call ÷ "
-              "target-only ms per step, both measured here (the i.i.d.-acceptance model; cross-vocabulary acceptance is "
-              "bursty, so measured/bound can exceed 1). ideal = our tokens per target call ÷ (1 + c · drafter calls "
-              "per call): the speedup if verifying cost one decode step and the loop nothing; measured/ideal is the "
-              "share the implementation keeps.", "", _methods(report), "",
-              "## 2. Projected speedup (paper convention, not measured)", "",
-              "projected = our tokens per target step ÷ per-step latency ratio, with the paper's Table 8 latencies "
-              f"(Llama-68M {PAPER_LATENCY_S['Llama-68M']} s, Llama3-8B {PAPER_LATENCY_S['Llama3-8B']} s, "
-              f"Qwen2-7B {PAPER_LATENCY_S['Qwen2-7B']} s per step). Paper columns are the paper's own Table 1 "
-              "(Table 5, k = 3, for spd-dm+ngram_pp on GSM8K).", "", _projected(report), "",
-              "## 3. Peers on the same pair and prompts (greedy)", "", _peers(report), "",
-              "## 4. N-gram cache (paper Table 4 / 14)", "", _cache(report), "",
-              "## 5. Checks (issue #7 must-show and the paper's qualitative ordering)", "", _checks(report), "",
-              "## Draft length sweeps (train prompts the drafter did not train on)", "", _sweep(report), ""]
+    lines += [
+        f"{m['date']} · {m['machine']['cpu_count']} CPUs ({m['machine']['machine']}), intra-op threads "
+        f"{s.get('threads') or 'library default'} (torch {threads.get('torch')}) · omnidraft {v.get('omnidraft')}, torch {v.get('torch')}, "
+        f"transformers {v.get('transformers')}, onnxruntime {v.get('onnxruntime')}, executorch {v.get('executorch')}",
+        f"Settings: {s['prompts']} held-out test prompts per stream, {s['max_new_tokens']} new tokens, greedy; "
+        f"K from {s['sweep_ks']} on {s['sweep_prompts']} train prompt(s); {'quick run' if s['quick'] else 'full run'}.",
+        "",
+        "## 1. Methods per stream (measured wall-clock on this machine)",
+        "",
+        "speedup = tok/s ÷ target-only tok/s (same backend, same run, same prompts; prompt pass included). "
+        "decode speedup leaves out the target's prompt pass, the same work in every row (the paper's per-step "
+        "convention; the drafter's own prompt pass stays in). bound = "
+        "(1 − α^(K+1)) / ((1 − α)(1 + cK)) with the row's acceptance α and c = drafter ms per call ÷ "
+        "target-only ms per step, both measured here (the i.i.d.-acceptance model; cross-vocabulary acceptance is "
+        "bursty, so measured/bound can exceed 1). ideal = our tokens per target call ÷ (1 + c · drafter calls "
+        "per call): the speedup if verifying cost one decode step and the loop nothing; measured/ideal is the "
+        "share the implementation keeps.",
+        "",
+        _methods(report),
+        "",
+        "## 2. Projected speedup (paper convention, not measured)",
+        "",
+        "projected = our tokens per target step ÷ per-step latency ratio, with the paper's Table 8 latencies "
+        f"(Llama-68M {PAPER_LATENCY_S['Llama-68M']} s, Llama3-8B {PAPER_LATENCY_S['Llama3-8B']} s, "
+        f"Qwen2-7B {PAPER_LATENCY_S['Qwen2-7B']} s per step). Paper columns are the paper's own Table 1 "
+        "(Table 5, k = 3, for spd-dm+ngram_pp on GSM8K).",
+        "",
+        _projected(report),
+        "",
+        "## 3. Peers on the same pair and prompts (greedy)",
+        "",
+        _peers(report),
+        "",
+        "## 4. N-gram cache (paper Table 4 / 14)",
+        "",
+        _cache(report),
+        "",
+        "## 5. Checks (issue #7 must-show and the paper's qualitative ordering)",
+        "",
+        _checks(report),
+        "",
+        "## Draft length sweeps (train prompts the drafter did not train on)",
+        "",
+        _sweep(report),
+        "",
+    ]
     if report.get("plots"):
         lines += ["Plots: " + ", ".join(report["plots"]), ""]
     return "\n".join(lines)

@@ -34,13 +34,23 @@ class StreamRun:
 
     def row(self) -> dict:
         s = self.stats
-        return {"label": self.label, "mode": self.mode, "draft_len": self.draft_len, "prompts": self.prompts,
-                "acceptance_rate": round(s.acceptance_rate, 4), "tokens_per_step": round(s.tokens_per_step, 4),
-                "ngram_hits_per_step": round(s.ngram_hits / s.steps, 4) if s.steps else 0.0,
-                "split_tokens_per_step": round(s.split_accepted / s.steps, 4) if s.steps else 0.0,
-                "tokens_per_s": round(self.tokens_per_s, 2), "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
-                "new_tokens": s.new_tokens, "steps": s.steps, "seconds": round(s.seconds, 3),
-                "prefill_seconds": round(s.prefill_seconds, 3), "overhead_fraction": round(s.overhead_fraction, 4)}
+        return {
+            "label": self.label,
+            "mode": self.mode,
+            "draft_len": self.draft_len,
+            "prompts": self.prompts,
+            "acceptance_rate": round(s.acceptance_rate, 4),
+            "tokens_per_step": round(s.tokens_per_step, 4),
+            "ngram_hits_per_step": round(s.ngram_hits / s.steps, 4) if s.steps else 0.0,
+            "split_tokens_per_step": round(s.split_accepted / s.steps, 4) if s.steps else 0.0,
+            "tokens_per_s": round(self.tokens_per_s, 2),
+            "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
+            "new_tokens": s.new_tokens,
+            "steps": s.steps,
+            "seconds": round(s.seconds, 3),
+            "prefill_seconds": round(s.prefill_seconds, 3),
+            "overhead_fraction": round(s.overhead_fraction, 4),
+        }
 
 
 def _add(total: DecodeStats, s: DecodeStats) -> None:
@@ -48,8 +58,14 @@ def _add(total: DecodeStats, s: DecodeStats) -> None:
         setattr(total, k, getattr(total, k) + v)
 
 
-def run_stream(decoder: SpeculativeDecoder, prompts: list[str], cfg: DecodeConfig, label: str,
-               progress: bool = True, on_verified=None) -> StreamRun:
+def run_stream(
+    decoder: SpeculativeDecoder,
+    prompts: list[str],
+    cfg: DecodeConfig,
+    label: str,
+    progress: bool = True,
+    on_verified=None,
+) -> StreamRun:
     """Decode every prompt; Ctrl-C keeps the prompts finished so far (``interrupted`` is set)."""
     run = StreamRun(label, cfg.mode, cfg.draft_len)
     bar = tqdm(prompts, desc=label, file=sys.stderr, disable=not progress, leave=False, dynamic_ncols=True)

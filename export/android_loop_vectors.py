@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -41,8 +41,9 @@ class ScriptedModel:
 
     name = "scripted"
 
-    def __init__(self, codec: TokenCodec, script: str, eos_id: int, salt: str, slip: float,
-                 max_seq_len: int = 1024) -> None:
+    def __init__(
+        self, codec: TokenCodec, script: str, eos_id: int, salt: str, slip: float, max_seq_len: int = 1024
+    ) -> None:
         self.codec, self.salt, self.slip = codec, salt, slip
         self.script = script.encode("utf-8")
         self.eos_id = eos_id
@@ -92,7 +93,9 @@ class ScriptedModel:
             cands = [self.eos_id]
         # Favourite, then shorter continuations, then a few hash-chosen distractors; steps of 1/16 are exact in float32.
         # Probabilities are spread (not one-hot) so that min(1, p/q') and the residual decide real cases.
-        values = [4.0 + (_h(key, "f") % 32) / 16] + [3.0 - 0.75 * i + (_h(key, i) % 32) / 16 for i in range(1, len(cands))]
+        values = [4.0 + (_h(key, "f") % 32) / 16] + [
+            3.0 - 0.75 * i + (_h(key, i) % 32) / 16 for i in range(1, len(cands))
+        ]
         for n in range(3):
             cands.append(_h(key, "d", n) % self.vocab_size)
             values.append(0.5 + (_h(key, "v", n) % 48) / 16)
@@ -141,10 +144,20 @@ class Recorder:
         for row in rows:
             idx = np.flatnonzero(row != self.floor)
             if self.max_entries is not None and len(idx) > self.max_entries:
-                raise AssertionError(f"{self.tag}: a row with {len(idx)} entries off the floor cannot be stored sparsely")
+                raise AssertionError(
+                    f"{self.tag}: a row with {len(idx)} entries off the floor cannot be stored sparsely"
+                )
             sparse.append({"i": idx.tolist(), "v": [_f32_json(x) for x in row[idx]]})
-        self.log.append({"m": self.tag, "op": "forward", "tokens": [int(t) for t in token_ids], "start": int(start_pos),
-                         "floor": float(self.floor), "rows": sparse})
+        self.log.append(
+            {
+                "m": self.tag,
+                "op": "forward",
+                "tokens": [int(t) for t in token_ids],
+                "start": int(start_pos),
+                "floor": float(self.floor),
+                "rows": sparse,
+            }
+        )
         return rows
 
     def rollback(self, length):
@@ -204,29 +217,82 @@ def _record_uniforms(log: list[float]) -> Iterator[None]:
 
 # (name, prompt, continuation, config, cache setup) -- cache: None (fresh), "chain" (previous run's
 # final cache), or {"capacity": n, "policy": p} for a bounded fresh cache.
-_FOX3 = (" jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the"
-         " lazy dog again.")
+_FOX3 = (
+    " jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the"
+    " lazy dog again."
+)
 RUNS = [
-    ("greedy-ngram", "The quick brown fox", " jumps over the lazy dog. The quick brown fox jumps over the lazy dog again, and again.",
-     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=40), None),
-    ("sample-ngram-chained", "The quick brown fox", " jumps over the lazy dog. The quick brown fox jumps over the lazy dog again, and again.",
-     dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=40, seed=3), "chain"),
-    ("sample-dm", "def fibonacci(n):", "\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
-     dict(temperature=0.7, draft_len=3, mode="dm", max_new_tokens=36, seed=5), None),
-    ("greedy-target-only", "Natalia sold clips", " to 48 of her friends in April, and then she sold half as many clips in May.",
-     dict(temperature=0.0, draft_len=4, mode="target-only", max_new_tokens=20), None),
-    ("sample-ngram-lfu-capacity", "Natalia sold clips", " to 48 of her friends in April, and then she sold half as many clips in May. 48 / 2 = 24 clips.",
-     dict(temperature=1.0, draft_len=5, mode="ngram", max_new_tokens=48, seed=11), {"capacity": 2, "policy": "lfu"}),
-    ("sample-ngram-lru-capacity", "Unicode:", " café naïve 日本語のテキスト 👍🏽 emoji and CJK 中文 mixed with ascii text.",
-     dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=48, seed=17), {"capacity": 2, "policy": "lru"}),
-    ("greedy-ngram-warm", "The quick brown fox", _FOX3, dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=60), None),
+    (
+        "greedy-ngram",
+        "The quick brown fox",
+        " jumps over the lazy dog. The quick brown fox jumps over the lazy dog again, and again.",
+        dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=40),
+        None,
+    ),
+    (
+        "sample-ngram-chained",
+        "The quick brown fox",
+        " jumps over the lazy dog. The quick brown fox jumps over the lazy dog again, and again.",
+        dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=40, seed=3),
+        "chain",
+    ),
+    (
+        "sample-dm",
+        "def fibonacci(n):",
+        "\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+        dict(temperature=0.7, draft_len=3, mode="dm", max_new_tokens=36, seed=5),
+        None,
+    ),
+    (
+        "greedy-target-only",
+        "Natalia sold clips",
+        " to 48 of her friends in April, and then she sold half as many clips in May.",
+        dict(temperature=0.0, draft_len=4, mode="target-only", max_new_tokens=20),
+        None,
+    ),
+    (
+        "sample-ngram-lfu-capacity",
+        "Natalia sold clips",
+        " to 48 of her friends in April, and then she sold half as many clips in May. 48 / 2 = 24 clips.",
+        dict(temperature=1.0, draft_len=5, mode="ngram", max_new_tokens=48, seed=11),
+        {"capacity": 2, "policy": "lfu"},
+    ),
+    (
+        "sample-ngram-lru-capacity",
+        "Unicode:",
+        " café naïve 日本語のテキスト 👍🏽 emoji and CJK 中文 mixed with ascii text.",
+        dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=48, seed=17),
+        {"capacity": 2, "policy": "lru"},
+    ),
+    (
+        "greedy-ngram-warm",
+        "The quick brown fox",
+        _FOX3,
+        dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=60),
+        None,
+    ),
     # Chained on the warm cache with a target that often disagrees: rejections land on merged n-grams (Eq. 2).
-    ("sample-ngram-eq2", "The quick brown fox", _FOX3,
-     dict(temperature=1.0, draft_len=5, mode="ngram", max_new_tokens=60, seed=3, target_slip=0.35), "chain"),
-    ("greedy-ngram-unicode", "Unicode:", " café naïve 日本語のテキスト 👍🏽 emoji and CJK 中文 mixed with ascii text.",
-     dict(temperature=0.0, draft_len=6, mode="ngram", max_new_tokens=40), None),
-    ("sample-ngram-hot", "for i in range(10):", "\n    total += i * i\nprint(total)  # sum of squares\n",
-     dict(temperature=1.3, draft_len=4, mode="ngram", max_new_tokens=32, seed=23, lookbehind=4), None),
+    (
+        "sample-ngram-eq2",
+        "The quick brown fox",
+        _FOX3,
+        dict(temperature=1.0, draft_len=5, mode="ngram", max_new_tokens=60, seed=3, target_slip=0.35),
+        "chain",
+    ),
+    (
+        "greedy-ngram-unicode",
+        "Unicode:",
+        " café naïve 日本語のテキスト 👍🏽 emoji and CJK 中文 mixed with ascii text.",
+        dict(temperature=0.0, draft_len=6, mode="ngram", max_new_tokens=40),
+        None,
+    ),
+    (
+        "sample-ngram-hot",
+        "for i in range(10):",
+        "\n    total += i * i\nprint(total)  # sum of squares\n",
+        dict(temperature=1.3, draft_len=4, mode="ngram", max_new_tokens=32, seed=23, lookbehind=4),
+        None,
+    ),
 ]
 
 
@@ -235,8 +301,14 @@ def _loaded(backend, codec: TokenCodec, eos_ids=None) -> LoadedModel:
     return LoadedModel(backend, codec, eos, Path("."), "scripted")
 
 
-def open_cache(cache_setup, previous: NgramCache | None, drafter_codec: TokenCodec, target_codec: TokenCodec,
-               drafter_width: int, target_width: int) -> tuple[NgramCache, str | None]:
+def open_cache(
+    cache_setup,
+    previous: NgramCache | None,
+    drafter_codec: TokenCodec,
+    target_codec: TokenCodec,
+    drafter_width: int,
+    target_width: int,
+) -> tuple[NgramCache, str | None]:
     """The run's starting cache: fresh, bounded, or the previous run's (through its file, as the app
     does between sessions). Returns the cache and the file text the Java replay loads (or None)."""
     args = (drafter_codec.sha256, target_codec.sha256, drafter_width)
@@ -250,9 +322,19 @@ def open_cache(cache_setup, previous: NgramCache | None, drafter_codec: TokenCod
     return NgramCache(*args), None
 
 
-def record_run(name: str, prompt: str, cfg_kw: dict, drafter, target, drafter_codec: TokenCodec,
-               target_codec: TokenCodec, cache: NgramCache, cache_file: str | None, log: list,
-               target_eos=None) -> dict:
+def record_run(
+    name: str,
+    prompt: str,
+    cfg_kw: dict,
+    drafter,
+    target,
+    drafter_codec: TokenCodec,
+    target_codec: TokenCodec,
+    cache: NgramCache,
+    cache_file: str | None,
+    log: list,
+    target_eos=None,
+) -> dict:
     """One traced ``SpeculativeDecoder.generate`` through two ``Recorder`` backends sharing ``log``,
     as the run record the Java replay reads."""
     uniforms: list[float] = []
@@ -266,15 +348,20 @@ def record_run(name: str, prompt: str, cfg_kw: dict, drafter, target, drafter_co
     return {
         # ``speculate`` and ``accept_offsets`` are the gamma controller's (runtime/gamma.py); the Java
         # core always drafts with a fixed K, so the record keeps the fields it reads.
-        "name": name, "prompt": prompt,
+        "name": name,
+        "prompt": prompt,
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("speculate", "accept_offsets")},
         "target_eos": sorted(target_loaded.eos_ids),
-        "drafter_width": drafter.vocab_size, "target_width": target.vocab_size,
+        "drafter_width": drafter.vocab_size,
+        "target_width": target.vocab_size,
         "max_seq_len": {"drafter": drafter.max_seq_len, "target": target.max_seq_len},
-        "cache_file": cache_file, "cache_before": cache_before,
-        "calls": log, "uniforms": uniforms,
+        "cache_file": cache_file,
+        "cache_before": cache_before,
+        "calls": log,
+        "uniforms": uniforms,
         "rounds": [_jsonable({k: v for k, v in r.items() if k not in _TIMING_KEYS}) for r in result.rounds],
-        "token_ids": [int(t) for t in result.token_ids], "text": result.text,
+        "token_ids": [int(t) for t in result.token_ids],
+        "text": result.text,
         "stats": {k: v for k, v in asdict(result.stats).items() if not k.endswith("seconds")},
         "cache_after": cache._serialise().decode(),
     }
@@ -296,13 +383,19 @@ def loop_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec) -> dict:
         drafter = Recorder(ScriptedModel(drafter_codec, script, d_eos, "drafter:" + name, slip=0.12), "drafter", log)
         slip = cfg_kw.pop("target_slip", 0.02)  # how often the target confidently disagrees with the script
         target = Recorder(ScriptedModel(target_codec, script, t_eos, "target:" + name, slip=slip), "target", log)
-        cache, cache_file = open_cache(cache_setup, previous_cache, drafter_codec, target_codec,
-                                       drafter.vocab_size, target.vocab_size)
-        runs.append(record_run(name, prompt, cfg_kw, drafter, target, drafter_codec, target_codec, cache,
-                               cache_file, log))
+        cache, cache_file = open_cache(
+            cache_setup, previous_cache, drafter_codec, target_codec, drafter.vocab_size, target.vocab_size
+        )
+        runs.append(
+            record_run(name, prompt, cfg_kw, drafter, target, drafter_codec, target_codec, cache, cache_file, log)
+        )
         previous_cache = cache
-    return {"drafter_tokenizer": drafter_codec.sha256, "target_tokenizer": target_codec.sha256,
-            "floor": float(FLOOR), "runs": runs}
+    return {
+        "drafter_tokenizer": drafter_codec.sha256,
+        "target_tokenizer": target_codec.sha256,
+        "floor": float(FLOOR),
+        "runs": runs,
+    }
 
 
 def _jsonable(x):
@@ -350,9 +443,23 @@ def qprime_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec, seed: in
         for j in range(len(tr)):
             full = q_prime_full(j, tr, draft, q_rows, vocab, target_codec.vocab_size)
             nz = np.flatnonzero(full)
-            per_pos.append({"q_prime": proposal_prob(j, tr, draft, q_rows, vocab),
-                            "full_i": nz.tolist(), "full_v": full[nz].tolist()})
-        cases.append({"word": w, "key": list(key), "target": tid[0], "draft": draft,
-                      "q_rows": [{"i": np.flatnonzero(q).tolist(), "v": q[np.flatnonzero(q)].tolist()} for q in q_rows],
-                      "target_ids": list(tr.target_ids), "merged": [k is not None for k in tr.keys], "positions": per_pos})
+            per_pos.append(
+                {
+                    "q_prime": proposal_prob(j, tr, draft, q_rows, vocab),
+                    "full_i": nz.tolist(),
+                    "full_v": full[nz].tolist(),
+                }
+            )
+        cases.append(
+            {
+                "word": w,
+                "key": list(key),
+                "target": tid[0],
+                "draft": draft,
+                "q_rows": [{"i": np.flatnonzero(q).tolist(), "v": q[np.flatnonzero(q)].tolist()} for q in q_rows],
+                "target_ids": list(tr.target_ids),
+                "merged": [k is not None for k in tr.keys],
+                "positions": per_pos,
+            }
+        )
     return cases

@@ -38,35 +38,56 @@ from pathlib import Path
 
 import numpy as np
 
+from omnidraft.errors import ModelFolderError
 from omnidraft.export.android_loop_vectors import Recorder, open_cache, record_run
 from omnidraft.runtime.manifest import sha256_file
 from omnidraft.runtime.ngram_cache import NgramCache
-
-from omnidraft.errors import ModelFolderError
 
 FLOOR = np.float32(-1e4)
 TOP_N = 32
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 
-_MATH = ("Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-         "How many clips did Natalia sell altogether in April and May?\nAnswer:")
+_MATH = (
+    "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?\nAnswer:"
+)
 # (name, prompt, config, cache: None (fresh) or "chain" (previous run's final cache, via its file)).
 # Each chained run follows the greedy run of the same domain: the greedy run adds n-grams, the
 # chained sampling run proposes merged tokens from them and the target accepts some (hits).
 # Token budgets keep the file small: every round stores about 2K+1 rows of TOP_N entries.
 PAIR_RUNS = [
-    ("pair-greedy-ngram-code", "def fibonacci(n):",
-     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), None),
-    ("pair-sample-ngram-code-chained", "def fibonacci(n):",
-     dict(temperature=0.8, draft_len=4, mode="ngram", max_new_tokens=32, seed=7), "chain"),
+    (
+        "pair-greedy-ngram-code",
+        "def fibonacci(n):",
+        dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24),
+        None,
+    ),
+    (
+        "pair-sample-ngram-code-chained",
+        "def fibonacci(n):",
+        dict(temperature=0.8, draft_len=4, mode="ngram", max_new_tokens=32, seed=7),
+        "chain",
+    ),
     ("pair-greedy-dm-math", _MATH, dict(temperature=0.0, draft_len=4, mode="dm", max_new_tokens=16), None),
     ("pair-sample-dm-math", _MATH, dict(temperature=1.0, draft_len=3, mode="dm", max_new_tokens=24, seed=11), None),
-    ("pair-greedy-ngram-text", "The quick brown fox",
-     dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24), None),
-    ("pair-sample-ngram-text-chained", "To be, or not to be, that is the question:",
-     dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=32, seed=5), "chain"),
-    ("pair-greedy-target-only-text", "The capital of France is",
-     dict(temperature=0.0, draft_len=4, mode="target-only", max_new_tokens=16), None),
+    (
+        "pair-greedy-ngram-text",
+        "The quick brown fox",
+        dict(temperature=0.0, draft_len=4, mode="ngram", max_new_tokens=24),
+        None,
+    ),
+    (
+        "pair-sample-ngram-text-chained",
+        "To be, or not to be, that is the question:",
+        dict(temperature=1.0, draft_len=4, mode="ngram", max_new_tokens=32, seed=5),
+        "chain",
+    ),
+    (
+        "pair-greedy-target-only-text",
+        "The capital of France is",
+        dict(temperature=0.0, draft_len=4, mode="target-only", max_new_tokens=16),
+        None,
+    ),
 ]
 
 
@@ -119,8 +140,13 @@ def weights_sha256(folder: Path) -> str:
     return sha256_file(path)
 
 
-def pair_vectors(drafter_dir: Path = BUNDLED / "drafter", target_dir: Path = BUNDLED / "target",
-                 top_n: int = TOP_N, runs=PAIR_RUNS, progress: bool = True) -> dict:
+def pair_vectors(
+    drafter_dir: Path = BUNDLED / "drafter",
+    target_dir: Path = BUNDLED / "target",
+    top_n: int = TOP_N,
+    runs=PAIR_RUNS,
+    progress: bool = True,
+) -> dict:
     """Record ``runs`` on the pair (HF folders, eager torch) with rows truncated to their top ``top_n``."""
     from tqdm import tqdm
 
@@ -138,16 +164,23 @@ def pair_vectors(drafter_dir: Path = BUNDLED / "drafter", target_dir: Path = BUN
         drafter = Recorder(d_top, "drafter", log, FLOOR, max_entries=top_n)
         target = Recorder(t_top, "target", log, FLOOR, max_entries=top_n)
         cache, cache_file = open_cache(cache_setup, previous, dc, tc, drafter.vocab_size, target.vocab_size)
-        run = record_run(name, prompt, dict(cfg_kw), drafter, target, dc, tc, cache, cache_file, log,
-                         target_eos=target_m.eos_ids)
+        run = record_run(
+            name, prompt, dict(cfg_kw), drafter, target, dc, tc, cache, cache_file, log, target_eos=target_m.eos_ids
+        )
         mass = {"drafter": d_top.kept_mass, "target": t_top.kept_mass}
-        run["kept_mass"] = {k: {"min": round(min(v), 4), "mean": round(float(np.mean(v)), 4)} for k, v in mass.items() if v}
+        run["kept_mass"] = {
+            k: {"min": round(min(v), 4), "mean": round(float(np.mean(v)), 4)} for k, v in mass.items() if v
+        }
         out_runs.append(run)
         previous = cache
     return {
-        "drafter_tokenizer": dc.sha256, "target_tokenizer": tc.sha256,
-        "drafter_weights_sha256": weights_sha256(drafter_dir), "target_weights_sha256": weights_sha256(target_dir),
-        "top_n": top_n, "floor": float(FLOOR), "runs": out_runs,
+        "drafter_tokenizer": dc.sha256,
+        "target_tokenizer": tc.sha256,
+        "drafter_weights_sha256": weights_sha256(drafter_dir),
+        "target_weights_sha256": weights_sha256(target_dir),
+        "top_n": top_n,
+        "floor": float(FLOOR),
+        "runs": out_runs,
     }
 
 
@@ -179,8 +212,10 @@ class ReplayBackend:
     def forward(self, token_ids, start_pos):
         c = self._next("forward")
         if [int(t) for t in token_ids] != c["tokens"] or start_pos != c["start"]:
-            raise AssertionError(f"{self.tag}: forward({list(token_ids)}, {start_pos}) but the record has "
-                                 f"forward({c['tokens']}, {c['start']})")
+            raise AssertionError(
+                f"{self.tag}: forward({list(token_ids)}, {start_pos}) but the record has "
+                f"forward({c['tokens']}, {c['start']})"
+            )
         rows = np.full((len(c["rows"]), self.vocab_size), np.float32(c["floor"]), dtype=np.float32)
         for r, row in enumerate(c["rows"]):
             rows[r, row["i"]] = np.asarray(row["v"], dtype=np.float64).astype(np.float32)
@@ -219,8 +254,19 @@ def replay_run(run: dict, drafter_codec, target_codec, previous: NgramCache | No
         before = _json.loads(run["cache_before"])
         cache = NgramCache(*args, capacity=before["capacity"], policy=before["policy"])
     cfg = {k: v for k, v in run["config"].items()}
-    out = record_run(run["name"], run["prompt"], cfg, drafter, target, drafter_codec, target_codec, cache,
-                     run["cache_file"], log, target_eos=run["target_eos"])
+    out = record_run(
+        run["name"],
+        run["prompt"],
+        cfg,
+        drafter,
+        target,
+        drafter_codec,
+        target_codec,
+        cache,
+        run["cache_file"],
+        log,
+        target_eos=run["target_eos"],
+    )
     if cursor[0] != len(calls):
         raise AssertionError(f"{run['name']}: the loop made {cursor[0]} of {len(calls)} recorded calls")
     return out

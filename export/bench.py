@@ -26,8 +26,10 @@ def plan(formats: list[str] | None, quants: list[str] | None) -> list[tuple[str,
     known = {q for qs in recipes.QUANTS.values() for q in qs}
     for q in quants or []:
         if q not in known:
-            raise InvalidArgument(f"unknown quant {q!r}; choose from: "
-                                  + "; ".join(f"{f}: {', '.join(qs)}" for f, qs in recipes.QUANTS.items()))
+            raise InvalidArgument(
+                f"unknown quant {q!r}; choose from: "
+                + "; ".join(f"{f}: {', '.join(qs)}" for f, qs in recipes.QUANTS.items())
+            )
     pairs = [(f, q) for f in formats for q in recipes.QUANTS[f] if not quants or q in quants]
     if not pairs:
         raise InvalidArgument(f"no quant in {quants} applies to formats {formats}")
@@ -76,7 +78,7 @@ def time_steps(backend, context: int, repeats: int, ks=KS) -> tuple[dict[str, fl
         samples = []
         for r in range(repeats + 2):  # two warm-up calls
             t = time.perf_counter()
-            backend.forward(ids[context:context + k], context)
+            backend.forward(ids[context : context + k], context)
             dt = time.perf_counter() - t
             backend.rollback(context)
             if r >= 2:
@@ -85,9 +87,18 @@ def time_steps(backend, context: int, repeats: int, ks=KS) -> tuple[dict[str, fl
     return med, low
 
 
-def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=None, max_seq_len: int = 256,
-              context: int = 64, repeats: int = 100, reuse: bool = False, et_path: str = "auto",
-              threads: int | None = 1) -> dict:
+def run_bench(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    formats=None,
+    quants=None,
+    max_seq_len: int = 256,
+    context: int = 64,
+    repeats: int = 100,
+    reuse: bool = False,
+    et_path: str = "auto",
+    threads: int | None = 1,
+) -> dict:
     from .pipeline import export_model
 
     pairs = plan(formats, quants)
@@ -113,33 +124,61 @@ def run_bench(model_dir: str | Path, out_dir: str | Path, formats=None, quants=N
         m = backend.manifest
         ms, ms_min = time_steps(backend, context, repeats)
         del backend
-        rows.append({"format": fmt, "quant": quant, "exporter": m.exporter, "artifact": str(d / m.artifact_file),
-                     "size_mib": m.artifact_bytes / 2**20, "export_s": export_s,
-                     "load_ms": load_ms, "step_ms": ms["1"], "verify_ms": ms, "verify_ms_min": ms_min,
-                     "parity_reference": m.parity.get("reference"),
-                     "parity": m.parity.get("max_abs_diff") if m.parity.get("reference") == "fp32-eager"
-                     else m.parity.get("top1_agreement")})
-    result = {"model": str(Path(model_dir).resolve()), "context": context, "repeats": repeats,
-              "max_seq_len": max_seq_len, "cpus": os.cpu_count(), "threads": threads or "library default",
-              "rows": rows}
+        rows.append(
+            {
+                "format": fmt,
+                "quant": quant,
+                "exporter": m.exporter,
+                "artifact": str(d / m.artifact_file),
+                "size_mib": m.artifact_bytes / 2**20,
+                "export_s": export_s,
+                "load_ms": load_ms,
+                "step_ms": ms["1"],
+                "verify_ms": ms,
+                "verify_ms_min": ms_min,
+                "parity_reference": m.parity.get("reference"),
+                "parity": m.parity.get("max_abs_diff")
+                if m.parity.get("reference") == "fp32-eager"
+                else m.parity.get("top1_agreement"),
+            }
+        )
+    result = {
+        "model": str(Path(model_dir).resolve()),
+        "context": context,
+        "repeats": repeats,
+        "max_seq_len": max_seq_len,
+        "cpus": os.cpu_count(),
+        "threads": threads or "library default",
+        "rows": rows,
+    }
     write_text(out / "bench_export.json", json.dumps(result, indent=2) + "\n")
     write_text(out / "bench_export.md", markdown(result))
     return result
 
 
 def markdown(result: dict) -> str:
-    head = ("| format | quant | size MiB | load ms | 1-token ms (min) | " + " | ".join(f"k={k} ms" for k in KS)
-            + " | k=8 min ms | parity |\n|" + "---|" * (5 + len(KS) + 2) + "\n")
+    head = (
+        "| format | quant | size MiB | load ms | 1-token ms (min) | "
+        + " | ".join(f"k={k} ms" for k in KS)
+        + " | k=8 min ms | parity |\n|"
+        + "---|" * (5 + len(KS) + 2)
+        + "\n"
+    )
     lines = []
     for r in result["rows"]:
         par = r["parity"]
         par_s = f"{par:.1e} max Δ" if r.get("parity_reference") == "fp32-eager" else f"{par:.1%} top-1"
         path = {"executorch-llm": " (llm)", "transformers": " (static)"}.get(r.get("exporter", "").split(" ")[0], "")
-        lines.append(f"| {r['format']}{path} | {r['quant']} | {r['size_mib']:.2f} | {r['load_ms']:.0f} | "
-                     f"{r['step_ms']:.2f} ({r['verify_ms_min']['1']:.2f}) | "
-                     + " | ".join(f"{r['verify_ms'][str(k)]:.2f}" for k in KS)
-                     + f" | {r['verify_ms_min']['8']:.2f} | {par_s} |")
-    return (f"Model: `{result['model']}`; medians (and minima) of {result['repeats']} calls at context {result['context']}, "
-            f"cache {result['max_seq_len']}, {result['cpus']} CPUs, intra-op threads: {result['threads']}.\n\n" + head + "\n".join(lines) + "\n")
-
-
+        lines.append(
+            f"| {r['format']}{path} | {r['quant']} | {r['size_mib']:.2f} | {r['load_ms']:.0f} | "
+            f"{r['step_ms']:.2f} ({r['verify_ms_min']['1']:.2f}) | "
+            + " | ".join(f"{r['verify_ms'][str(k)]:.2f}" for k in KS)
+            + f" | {r['verify_ms_min']['8']:.2f} | {par_s} |"
+        )
+    return (
+        f"Model: `{result['model']}`; medians (and minima) of {result['repeats']} calls at context {result['context']}, "
+        f"cache {result['max_seq_len']}, {result['cpus']} CPUs, intra-op threads: {result['threads']}.\n\n"
+        + head
+        + "\n".join(lines)
+        + "\n"
+    )

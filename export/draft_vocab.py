@@ -35,21 +35,33 @@ MIN_SIZE = 64
 
 @dataclass(frozen=True)
 class DraftVocab:
-    kept: np.ndarray      # sorted token ids that keep their logits
+    kept: np.ndarray  # sorted token ids that keep their logits
     vocab_size: int
-    source: str           # where the counts came from
-    coverage: float       # share of the counted token occurrences that are kept
+    source: str  # where the counts came from
+    coverage: float  # share of the counted token occurrences that are kept
 
     def manifest_entry(self) -> dict:
-        return {"size": int(len(self.kept)), "of": self.vocab_size, "source": self.source,
-                "coverage": round(self.coverage, 5), "kept": [int(i) for i in self.kept]}
+        return {
+            "size": int(len(self.kept)),
+            "of": self.vocab_size,
+            "source": self.source,
+            "coverage": round(self.coverage, 5),
+            "kept": [int(i) for i in self.kept],
+        }
 
 
 def write_counts(folder: Path, counts: np.ndarray, tokenizer_file: Path, source: str) -> None:
     from omnidraft.atomic import write_json
 
-    write_json(folder / COUNTS_FILE, {"tokenizer_sha256": sha256_file(tokenizer_file), "source": source,
-                                      "tokens": int(counts.sum()), "counts": [int(c) for c in counts]})
+    write_json(
+        folder / COUNTS_FILE,
+        {
+            "tokenizer_sha256": sha256_file(tokenizer_file),
+            "source": source,
+            "tokens": int(counts.sum()),
+            "counts": [int(c) for c in counts],
+        },
+    )
 
 
 def read_counts(folder: Path, vocab_size: int) -> np.ndarray:
@@ -60,15 +72,21 @@ def read_counts(folder: Path, vocab_size: int) -> np.ndarray:
         counts = np.asarray(data["counts"], dtype=np.int64)
         tok_sha = data["tokenizer_sha256"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelFolderError(f"{path} is unreadable or malformed ({str(exc)[:120]}); rebuild it with "
-                               "`python -m omnidraft.models.train --recipe drafter --export-only` or pass "
-                               "--vocab-corpus FILE") from None
+        raise ModelFolderError(
+            f"{path} is unreadable or malformed ({str(exc)[:120]}); rebuild it with "
+            "`python -m omnidraft.models.train --recipe drafter --export-only` or pass "
+            "--vocab-corpus FILE"
+        ) from None
     if counts.shape != (vocab_size,) or (counts < 0).any():
-        raise ModelFolderError(f"{path} holds {counts.size} counts for a vocabulary of {vocab_size}; it belongs to "
-                               "another model: pass --vocab-corpus FILE")
+        raise ModelFolderError(
+            f"{path} holds {counts.size} counts for a vocabulary of {vocab_size}; it belongs to "
+            "another model: pass --vocab-corpus FILE"
+        )
     if tok_sha != sha256_file(folder / "tokenizer.json"):
-        raise ModelFolderError(f"{path} was counted with another tokenizer than {folder / 'tokenizer.json'}; "
-                               "pass --vocab-corpus FILE to count with this one")
+        raise ModelFolderError(
+            f"{path} was counted with another tokenizer than {folder / 'tokenizer.json'}; "
+            "pass --vocab-corpus FILE to count with this one"
+        )
     return counts
 
 
@@ -92,15 +110,19 @@ def count_corpus(corpus: Path, tokenizer_file: Path, vocab_size: int) -> np.ndar
 def choose(folder: Path, size: int, vocab_size: int, always: list[int], corpus: Path | None = None) -> DraftVocab:
     """The ``size`` most counted tokens (ties by id), ``always`` (special tokens) among them."""
     if not MIN_SIZE <= size < vocab_size:
-        raise InvalidArgument(f"--draft-vocab must be within [{MIN_SIZE}, {vocab_size - 1}] for this "
-                              f"{vocab_size}-token drafter (got {size}); omit it to keep every token")
+        raise InvalidArgument(
+            f"--draft-vocab must be within [{MIN_SIZE}, {vocab_size - 1}] for this "
+            f"{vocab_size}-token drafter (got {size}); omit it to keep every token"
+        )
     if corpus is not None:
         counts, source = count_corpus(corpus, folder / "tokenizer.json", vocab_size), f"corpus {Path(corpus).name}"
     elif (folder / COUNTS_FILE).is_file():
         counts, source = read_counts(folder, vocab_size), COUNTS_FILE
     else:
-        raise InvalidArgument(f"--draft-vocab ranks tokens by frequency, and {folder} has no {COUNTS_FILE}; "
-                              "pass --vocab-corpus FILE (text like the drafter's) to count them")
+        raise InvalidArgument(
+            f"--draft-vocab ranks tokens by frequency, and {folder} has no {COUNTS_FILE}; "
+            "pass --vocab-corpus FILE (text like the drafter's) to count them"
+        )
     ids = np.arange(vocab_size)
     order = np.lexsort((ids, -counts))
     special = [i for i in dict.fromkeys(always) if 0 <= i < vocab_size]
@@ -113,8 +135,9 @@ def choose(folder: Path, size: int, vocab_size: int, always: list[int], corpus: 
 
 def special_ids(folder: Path, bos: int | None, eos) -> list[int]:
     """BOS, EOS and the tokenizer's special tokens: the loop needs them whatever their counts."""
-    out = [i for i in ([bos] if bos is not None else []) + (eos if isinstance(eos, list) else [eos])
-           if isinstance(i, int)]
+    out = [
+        i for i in ([bos] if bos is not None else []) + (eos if isinstance(eos, list) else [eos]) if isinstance(i, int)
+    ]
     try:
         added = json.loads((folder / "tokenizer.json").read_text()).get("added_tokens") or []
         out += [int(t["id"]) for t in added if t.get("special")]
@@ -163,8 +186,10 @@ def trim_head(module: torch.nn.Module, attr: str, vocab: DraftVocab) -> None:
     """Replace ``module.<attr>`` (a bias-free Linear over the vocabulary) by its TrimmedHead."""
     head = getattr(module, attr)
     if not isinstance(head, torch.nn.Linear) or head.bias is not None or head.out_features != vocab.vocab_size:
-        raise InvalidArgument(f"--draft-vocab needs a bias-free {vocab.vocab_size}-way output Linear, and this "
-                              f"model's {attr} is {type(head).__name__}; export it without --draft-vocab")
+        raise InvalidArgument(
+            f"--draft-vocab needs a bias-free {vocab.vocab_size}-way output Linear, and this "
+            f"model's {attr} is {type(head).__name__}; export it without --draft-vocab"
+        )
     setattr(module, attr, TrimmedHead(head.weight, vocab))
     if getattr(getattr(module, "config", None), "tie_word_embeddings", False):
         module.config.tie_word_embeddings = False  # the head holds its own rows now

@@ -34,8 +34,8 @@ def export_pte(model: torch.nn.Module, max_seq_len: int, path: Path) -> None:
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
     model.generation_config = GenerationConfig(
-        use_cache=True, cache_implementation="static",
-        cache_config={"batch_size": 1, "max_cache_len": max_seq_len})
+        use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": max_seq_len}
+    )
     wrapped = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=max_seq_len)
     k = torch.export.Dim("k", min=1, max=max_seq_len)
     # A sample k of 2: sizes 0 and 1 would be specialised by the tracer.
@@ -43,18 +43,35 @@ def export_pte(model: torch.nn.Module, max_seq_len: int, path: Path) -> None:
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            program = torch.export.export(wrapped, args=(), kwargs=sample, strict=True,
-                                          dynamic_shapes={"input_ids": {1: k}, "cache_position": {0: k}})
+            program = torch.export.export(
+                wrapped,
+                args=(),
+                kwargs=sample,
+                strict=True,
+                dynamic_shapes={"input_ids": {1: k}, "cache_position": {0: k}},
+            )
             lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch()
     except Exception as exc:  # torch.export / exir raise many unrelated types
-        raise ExportError(f"ExecuTorch lowering failed: {str(exc).splitlines()[0][:300]}; "
-                          "try --quant fp32 or report the model config") from exc
+        raise ExportError(
+            f"ExecuTorch lowering failed: {str(exc).splitlines()[0][:300]}; try --quant fp32 or report the model config"
+        ) from exc
     with open(path, "wb") as f:
         lowered.write_to_file(f)
 
 
-def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedding_quant: str, et_path: str,
-                     max_seq_len: int, artifact: Path, sched, threshold: float, on_gate, vocab=None) -> Built:
+def build_executorch(
+    model: torch.nn.Module,
+    info: ModelInfo,
+    quant: str,
+    embedding_quant: str,
+    et_path: str,
+    max_seq_len: int,
+    artifact: Path,
+    sched,
+    threshold: float,
+    on_gate,
+    vocab=None,
+) -> Built:
     """Quantize, lower (LLM path where the model fits it, else the static-cache path) and gate.
 
     fp32 artifacts are held to fp32 HF eager; quantized ones to the same quantized module run in
@@ -71,8 +88,9 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
 
     reason = llm.unsupported_reason(info)
     if et_path == "llm" and reason:
-        raise InvalidArgument(f"the ExecuTorch LLM path does not support this model ({reason}); "
-                              "use --et-path static or auto")
+        raise InvalidArgument(
+            f"the ExecuTorch LLM path does not support this model ({reason}); use --et-path static or auto"
+        )
     use_llm = et_path == "llm" or (et_path == "auto" and reason is None)
     if et_path == "auto" and reason:
         print(f"note: using the transformers static-cache path: the LLM path lacks {reason}", file=sys.stderr)
@@ -88,8 +106,9 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
     quantized = quant != "fp32" or embedding_quant != "none"
     if use_llm:
         # The weight mapping must reproduce HF eager before anything else is judged.
-        conv = parity.compare({"prefill": (llm.eager_logits(qmodel)(sched.tokens_a), slice(None), "a")},
-                              fp32_ref[0], fp32_ref[1])
+        conv = parity.compare(
+            {"prefill": (llm.eager_logits(qmodel)(sched.tokens_a), slice(None), "a")}, fp32_ref[0], fp32_ref[1]
+        )
         parity.check_fp32(conv, "ExecuTorch's Transformer with these weights (eager)")
     else:
         qmodel = copy.deepcopy(model) if quantized else model
@@ -97,8 +116,11 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
     if quant != "fp32":
         skipped = torchao_quantize(qmodel, quant)
         if skipped:
-            print(f"note: {len(skipped)} linear layer(s) left in fp32 because their in_features is not a multiple "
-                  f"of {GROUP_SIZE}: {', '.join(skipped[:6])}{' …' if len(skipped) > 6 else ''}", file=sys.stderr)
+            print(
+                f"note: {len(skipped)} linear layer(s) left in fp32 because their in_features is not a multiple "
+                f"of {GROUP_SIZE}: {', '.join(skipped[:6])}{' …' if len(skipped) > 6 else ''}",
+                file=sys.stderr,
+            )
     if embedding_quant == "int8":
         quantize_embedding_int8(qmodel)
     if use_llm:
@@ -113,8 +135,16 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
             export_pte(qmodel, max_seq_len, artifact)
         inputs, outputs, exporter = INPUTS, OUTPUTS, "transformers static cache (XNNPACK)"
     on_gate()
-    prov = parity.provisional_manifest("executorch", quant, info, max_seq_len, artifact, inputs, outputs,
-                                       vocab.manifest_entry() if vocab is not None else None)
+    prov = parity.provisional_manifest(
+        "executorch",
+        quant,
+        info,
+        max_seq_len,
+        artifact,
+        inputs,
+        outputs,
+        vocab.manifest_entry() if vocab is not None else None,
+    )
     backend = ExecuTorchBackend(artifact.parent, prov)
     steps = parity.run_artifact(backend, sched)
     what = f"the {quant}{'+int8-embedding' if embedding_quant != 'none' else ''} .pte"
@@ -126,8 +156,11 @@ def build_executorch(model: torch.nn.Module, info: ModelInfo, quant: str, embedd
     # into jumps of 0.06 now and then. The LLM path stays the default: it is ~3x faster per step.
     fig["batch_invariance"] = parity.measure_batch_invariance(backend, sched, max_seq_len)
     if not fig["batch_invariance"]["row_stable"]:
-        print(f"note: {what} is not row-stable (verify vs decode max |Δ| "
-              f"{fig['batch_invariance']['verify_vs_decode_max_abs_diff']:.2g}): as a target, its speculative "
-              "greedy output can differ from target-only at near-tied tokens; for exact output export the "
-              "target with --et-path static (slower), --quant fp32 or --format onnx", file=sys.stderr)
+        print(
+            f"note: {what} is not row-stable (verify vs decode max |Δ| "
+            f"{fig['batch_invariance']['verify_vs_decode_max_abs_diff']:.2g}): as a target, its speculative "
+            "greedy output can differ from target-only at near-tied tokens; for exact output export the "
+            "target with --et-path static (slower), --quant fp32 or --format onnx",
+            file=sys.stderr,
+        )
     return parity.Built(inputs, outputs, fig, exporter, skipped)

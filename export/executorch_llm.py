@@ -29,13 +29,22 @@ from .hf_model import ModelInfo
 INPUTS = ["tokens", "input_pos"]
 OUTPUTS = ["logits"]
 
-_LAYER_NAMES = {"self_attn.q_proj": "attention.wq", "self_attn.k_proj": "attention.wk",
-                "self_attn.v_proj": "attention.wv", "self_attn.o_proj": "attention.wo",
-                "input_layernorm": "attention_norm", "post_attention_layernorm": "ffn_norm",
-                "mlp.gate_proj": "feed_forward.w1", "mlp.down_proj": "feed_forward.w2",
-                "mlp.up_proj": "feed_forward.w3"}
-_TOP_NAMES = {"model.embed_tokens.weight": "tok_embeddings.weight", "model.norm.weight": "norm.weight",
-              "lm_head.weight": "output.weight"}
+_LAYER_NAMES = {
+    "self_attn.q_proj": "attention.wq",
+    "self_attn.k_proj": "attention.wk",
+    "self_attn.v_proj": "attention.wv",
+    "self_attn.o_proj": "attention.wo",
+    "input_layernorm": "attention_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "feed_forward.w1",
+    "mlp.down_proj": "feed_forward.w2",
+    "mlp.up_proj": "feed_forward.w3",
+}
+_TOP_NAMES = {
+    "model.embed_tokens.weight": "tok_embeddings.weight",
+    "model.norm.weight": "norm.weight",
+    "lm_head.weight": "output.weight",
+}
 
 
 def unsupported_reason(info: ModelInfo) -> str | None:
@@ -60,13 +69,25 @@ def _model_args(info: ModelInfo, max_seq_len: int):
     rope = cfg.get("rope_parameters") or {}
     heads = int(cfg["num_attention_heads"])
     return ModelArgs(
-        dim=int(cfg["hidden_size"]), n_layers=info.num_layers, n_heads=heads, n_kv_heads=info.num_kv_heads,
-        vocab_size=info.vocab_size, hidden_dim=int(cfg["intermediate_size"]), head_dim=info.head_dim,
+        dim=int(cfg["hidden_size"]),
+        n_layers=info.num_layers,
+        n_heads=heads,
+        n_kv_heads=info.num_kv_heads,
+        vocab_size=info.vocab_size,
+        hidden_dim=int(cfg["intermediate_size"]),
+        head_dim=info.head_dim,
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))), use_hf_rope=True,
-        attention_qkv_bias=info.architecture == "Qwen2ForCausalLM", max_seq_len=max_seq_len,
-        max_context_len=max_seq_len, max_batch_size=1, use_kv_cache=True, use_sdpa_with_kv_cache_op=True,
-        generate_full_logits=True, enable_dynamic_shape=True)
+        rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+        use_hf_rope=True,
+        attention_qkv_bias=info.architecture == "Qwen2ForCausalLM",
+        max_seq_len=max_seq_len,
+        max_context_len=max_seq_len,
+        max_batch_size=1,
+        use_kv_cache=True,
+        use_sdpa_with_kv_cache_op=True,
+        generate_full_logits=True,
+        enable_dynamic_shape=True,
+    )
 
 
 def build_transformer(hf_model: torch.nn.Module, info: ModelInfo, max_seq_len: int) -> torch.nn.Module:
@@ -88,8 +109,10 @@ def build_transformer(hf_model: torch.nn.Module, info: ModelInfo, max_seq_len: i
     # Caches, masks and rope tables are buffers the model builds itself.
     missing = [m for m in missing if not any(s in m for s in ("cache", "mask", "freqs"))]
     if missing or unexpected:
-        raise ExportError(f"weight mapping to ExecuTorch's Transformer failed (missing {missing[:4]}, "
-                          f"unexpected {unexpected[:4]}); use --et-path static")
+        raise ExportError(
+            f"weight mapping to ExecuTorch's Transformer failed (missing {missing[:4]}, "
+            f"unexpected {unexpected[:4]}); use --et-path static"
+        )
     return model
 
 
@@ -105,10 +128,12 @@ def use_custom_ops(model: torch.nn.Module) -> torch.nn.Module:
 
 def eager_logits(model: torch.nn.Module):
     """ids -> logits of a whole sequence from position 0 (the parity gate's reference)."""
+
     @torch.no_grad()
     def run(ids: list[int]) -> np.ndarray:
         out = model(torch.tensor([ids]), {"input_pos": torch.tensor([0])})
         return (out[0] if isinstance(out, tuple) else out)[0].float().numpy()
+
     return run
 
 
@@ -126,15 +151,22 @@ def export_pte_llm(model: torch.nn.Module, max_seq_len: int, path: Path) -> None
             warnings.simplefilter("ignore")
             program = torch.export.export(model, sample, dynamic_shapes=({1: k}, {"input_pos": {0: 1}}), strict=True)
             edge = to_edge_transform_and_lower(
-                program, partitioner=[XnnpackPartitioner()],
-                compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True))
+                program,
+                partitioner=[XnnpackPartitioner()],
+                compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
+            )
             # Settings of export_llama's to_executorch: inputs are not memory-planned (the caller
             # owns them), shapes are bounded from the export constraints.
-            lowered = edge.to_executorch(ExecutorchBackendConfig(
-                extract_delegate_segments=True, memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
-                sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass()))
+            lowered = edge.to_executorch(
+                ExecutorchBackendConfig(
+                    extract_delegate_segments=True,
+                    memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+                    sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
+                )
+            )
     except Exception as exc:  # torch.export / exir raise many unrelated types
-        raise ExportError(f"ExecuTorch LLM-path lowering failed: {str(exc).splitlines()[0][:300]}; "
-                          "retry with --et-path static") from exc
+        raise ExportError(
+            f"ExecuTorch LLM-path lowering failed: {str(exc).splitlines()[0][:300]}; retry with --et-path static"
+        ) from exc
     with open(path, "wb") as f:
         lowered.write_to_file(f)

@@ -47,8 +47,10 @@ def inspect_folder(folder: str | Path) -> ModelInfo:
     """Validate the folder layout and config without importing torch."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise ModelFolderError(f"model folder {folder} does not exist; pass a folder holding config.json, "
-                               "model.safetensors and tokenizer.json")
+        raise ModelFolderError(
+            f"model folder {folder} does not exist; pass a folder holding config.json, "
+            "model.safetensors and tokenizer.json"
+        )
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise ModelFolderError(f"{folder} has no config.json; save the model with save_pretrained()")
@@ -59,23 +61,31 @@ def inspect_folder(folder: str | Path) -> ModelInfo:
     archs = cfg.get("architectures") or []
     arch = archs[0] if archs else None
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise ModelFolderError(f"architecture {arch!r} in {cfg_path} is not supported for export; "
-                               f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise ModelFolderError(
+            f"architecture {arch!r} in {cfg_path} is not supported for export; "
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
     weights = _weight_files(folder)
     if not (folder / TOKENIZER_FILE).is_file():
-        raise ModelFolderError(f"{folder} has no {TOKENIZER_FILE}; save the model's fast tokenizer there "
-                               "(tokenizer.save_pretrained) so the export can carry it")
+        raise ModelFolderError(
+            f"{folder} has no {TOKENIZER_FILE}; save the model's fast tokenizer there "
+            "(tokenizer.save_pretrained) so the export can carry it"
+        )
     try:
         heads = int(cfg["num_attention_heads"])
         return ModelInfo(
-            folder=folder, architecture=arch, vocab_size=int(cfg["vocab_size"]),
+            folder=folder,
+            architecture=arch,
+            vocab_size=int(cfg["vocab_size"]),
             num_layers=int(cfg["num_hidden_layers"]),
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
             head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
             max_position_embeddings=int(cfg["max_position_embeddings"]),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            bos_token_id=cfg.get("bos_token_id"), eos_token_id=cfg.get("eos_token_id"),
-            weight_files=weights)
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_id=cfg.get("eos_token_id"),
+            weight_files=weights,
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelFolderError(f"{cfg_path} lacks or mangles a required field ({exc}); re-save the model") from exc
 
@@ -95,8 +105,10 @@ def _weight_files(folder: Path) -> tuple[Path, ...]:
             raise ModelFolderError(f"{folder} lacks weight shards {missing}; copy the complete model")
         return tuple(folder / s for s in shards)
     if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
-        raise ModelFolderError(f"{folder} holds pickle weights only; convert them to safetensors "
-                               "(save_pretrained(..., safe_serialization=True)) — pickle is never loaded")
+        raise ModelFolderError(
+            f"{folder} holds pickle weights only; convert them to safetensors "
+            "(save_pretrained(..., safe_serialization=True)) — pickle is never loaded"
+        )
     raise ModelFolderError(f"{folder} has no model.safetensors; save the model with save_pretrained()")
 
 
@@ -109,7 +121,8 @@ def load_model(info: ModelInfo):
     hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            str(info.folder), dtype=torch.float32, local_files_only=True, use_safetensors=True)
+            str(info.folder), dtype=torch.float32, local_files_only=True, use_safetensors=True
+        )
     except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
         msg = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ModelFolderError(f"cannot load {info.folder}: {msg}; check config.json and the weights") from exc

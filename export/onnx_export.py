@@ -52,8 +52,9 @@ class _FlatKV(torch.nn.Module):
         cache = DynamicCache(config=self.model.config)
         for i in range(self.num_layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True,
-                         output_hidden_states=self.head is not None)
+        out = self.model(
+            input_ids=input_ids, past_key_values=cache, use_cache=True, output_hidden_states=self.head is not None
+        )
         present = []
         for layer in out.past_key_values.layers:
             present += [layer.keys, layer.values]
@@ -62,16 +63,19 @@ class _FlatKV(torch.nn.Module):
         return (out.logits, *present, self.head(out.hidden_states[-1]))
 
 
-def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path,
-                head: torch.nn.Module | None = None) -> tuple[list[str], list[str]]:
+def export_onnx(
+    model: torch.nn.Module, info: ModelInfo, path: Path, head: torch.nn.Module | None = None
+) -> tuple[list[str], list[str]]:
     """Write the fp32 graph to ``path``; return (input names, output names)."""
     inputs, outputs = io_names(info, head is not None)
     fp32_bytes = 4 * sum(p.numel() for p in model.parameters())
     if info.tie_word_embeddings:  # the exporter materialises lm_head as its own transposed copy
         fp32_bytes += 4 * model.get_input_embeddings().weight.numel()
     if fp32_bytes > 0.95 * PROTOBUF_LIMIT:
-        raise ExportError(f"{info.architecture} needs ~{fp32_bytes / 2**30:.1f} GiB of fp32 weights, over the 2 GiB "
-                          "single-file ONNX limit this exporter writes; use --format executorch")
+        raise ExportError(
+            f"{info.architecture} needs ~{fp32_bytes / 2**30:.1f} GiB of fp32 weights, over the 2 GiB "
+            "single-file ONNX limit this exporter writes; use --format executorch"
+        )
     # Sample sizes other than 0/1 keep the tracer from specialising on them.
     ids = torch.zeros(1, 3, dtype=torch.long)
     past = [torch.zeros(1, info.num_kv_heads, 2, info.head_dim) for _ in range(2 * info.num_layers)]
@@ -84,15 +88,33 @@ def export_onnx(model: torch.nn.Module, info: ModelInfo, path: Path,
         # Row-stable attention: a verify row must be bit-identical to its decode step (see the module).
         with warnings.catch_warnings(), torch.no_grad(), row_stable_attention(model), small_logits(model):
             warnings.simplefilter("ignore")  # tracer warnings about shape-to-int casts are expected
-            torch.onnx.export(_FlatKV(model, info.num_layers, head), (ids, *past), str(path), input_names=inputs,
-                              output_names=outputs, dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
+            torch.onnx.export(
+                _FlatKV(model, info.num_layers, head),
+                (ids, *past),
+                str(path),
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes=dynamic,
+                opset_version=OPSET,
+                dynamo=False,
+            )
     except Exception as exc:  # tracer / symbolic errors come in many types
         raise ExportError(f"ONNX export of {info.architecture} failed: {str(exc).splitlines()[0][:300]}") from exc
     return inputs, outputs
 
 
-def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len: int, artifact: Path, sched,
-               threshold: float, on_gate, head: torch.nn.Module | None = None, vocab=None) -> Built:
+def build_onnx(
+    model: torch.nn.Module,
+    info: ModelInfo,
+    quant: str,
+    max_seq_len: int,
+    artifact: Path,
+    sched,
+    threshold: float,
+    on_gate,
+    head: torch.nn.Module | None = None,
+    vocab=None,
+) -> Built:
     """Export (+ quantize) and gate. The fp32 graph is always gated first: quantization starts from it.
     With an acceptance head, its in-graph output is gated against the eager head on the same schedule.
     ``vocab`` (a DraftVocab) trims the output layer first, so every reference below is trimmed too."""
@@ -112,16 +134,25 @@ def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len:
     inputs, outputs = export_onnx(model, info, fp32_path, head)
     on_gate()
     fp32_ref = parity.reference_logits(parity.hf_logits(model), sched)
-    prov = parity.provisional_manifest("onnx", quant, info, max_seq_len, fp32_path, inputs, outputs,
-                                       vocab.manifest_entry() if vocab is not None else None)
+    prov = parity.provisional_manifest(
+        "onnx",
+        quant,
+        info,
+        max_seq_len,
+        fp32_path,
+        inputs,
+        outputs,
+        vocab.manifest_entry() if vocab is not None else None,
+    )
     fp32_backend = OrtBackend(fp32_path.parent, prov)
     fp32_steps = parity.run_artifact(fp32_backend, sched)
     fp32_fig = parity.gate(fp32_steps, fp32_ref, fp32_ref, "fp32", "the fp32 ONNX graph", threshold)
     if head is not None:
         fp32_fig["accept_head"] = parity.gate_accept(fp32_backend, sched, model, head, True, "the fp32 ONNX graph")
     if quant == "fp32":
-        fp32_fig["batch_invariance"] = parity.gate_batch_invariance(fp32_backend, sched, max_seq_len,
-                                                                    "the fp32 ONNX graph")
+        fp32_fig["batch_invariance"] = parity.gate_batch_invariance(
+            fp32_backend, sched, max_seq_len, "the fp32 ONNX graph"
+        )
         return parity.Built(inputs, outputs, fp32_fig, EXPORTER)
     ort_quantize(fp32_path, artifact, quant)
     fp32_path.unlink()
@@ -133,8 +164,9 @@ def build_onnx(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len:
     fig["fp32_graph_max_abs_diff"] = fp32_fig["max_abs_diff"]
     fig["batch_invariance"] = parity.gate_batch_invariance(q_backend, sched, max_seq_len, f"the {quant} ONNX graph")
     if head is not None:
-        fig["accept_head"] = parity.gate_accept(q_backend, sched, ref_model, _head_reference(head, quant), False,
-                                                f"the {quant} ONNX graph")
+        fig["accept_head"] = parity.gate_accept(
+            q_backend, sched, ref_model, _head_reference(head, quant), False, f"the {quant} ONNX graph"
+        )
     return parity.Built(inputs, outputs, fig, EXPORTER)
 
 

@@ -49,18 +49,34 @@ def _run_builder(folder: Path, quant: str, out: Path, hidden: bool) -> Path:
     import importlib.util
 
     if importlib.util.find_spec("onnxruntime_genai") is None:
-        raise ExportError("--onnx-path genai needs onnxruntime-genai (pip install onnxruntime-genai==0.18.0, "
-                          "as pyproject.toml pins it); or use --onnx-path torch")
+        raise ExportError(
+            "--onnx-path genai needs onnxruntime-genai (pip install onnxruntime-genai==0.18.0, "
+            "as pyproject.toml pins it); or use --onnx-path torch"
+        )
     precision, opts = PRECISION[quant]
     opts = ["hf_token=false", "block_size=32", *opts] + (["include_hidden_states=true"] if hidden else [])
-    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(folder), "-o", str(out),
-           "-p", precision, "-e", "cpu", "-c", str(out / "cache"), "--extra_options", *opts]
+    cmd = [
+        sys.executable,
+        "-m",
+        "onnxruntime_genai.models.builder",
+        "-i",
+        str(folder),
+        "-o",
+        str(out),
+        "-p",
+        precision,
+        "-e",
+        "cpu",
+        "-c",
+        str(out / "cache"),
+        "--extra_options",
+        *opts,
+    ]
     # The builder prints per-node progress; only its last line matters when it fails.
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not (out / "model.onnx").is_file():
         last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
-        raise ExportError(f"onnxruntime-genai's model builder failed on {folder} ({last[:300]}); "
-                          "use --onnx-path torch")
+        raise ExportError(f"onnxruntime-genai's model builder failed on {folder} ({last[:300]}); use --onnx-path torch")
     return out / "model.onnx"
 
 
@@ -107,9 +123,16 @@ def _head_graph(head: torch.nn.Module, hidden_size: int, quant: str, ir_version:
 
     path = work / "head.onnx"
     with torch.no_grad():
-        torch.onnx.export(head.eval(), (torch.zeros(1, 3, hidden_size),), str(path), input_names=[HIDDEN],
-                          output_names=[ACCEPT_OUTPUT], dynamic_axes={HIDDEN: {1: "k"}, ACCEPT_OUTPUT: {1: "k"}},
-                          opset_version=opsets[""], dynamo=False)
+        torch.onnx.export(
+            head.eval(),
+            (torch.zeros(1, 3, hidden_size),),
+            str(path),
+            input_names=[HIDDEN],
+            output_names=[ACCEPT_OUTPUT],
+            dynamic_axes={HIDDEN: {1: "k"}, ACCEPT_OUTPUT: {1: "k"}},
+            opset_version=opsets[""],
+            dynamo=False,
+        )
     if quant != "fp32":
         ort_quantize(path, work / "head-q.onnx", quant)
         path = work / "head-q.onnx"
@@ -150,13 +173,14 @@ def unsupported_reason(info: ModelInfo, max_seq_len: int, trimmed: bool) -> str 
         return f"GroupQueryAttention needs a head size that is a multiple of 16, and this model's is {info.head_dim}"
     if not trimmed and max_seq_len >= info.max_position_embeddings:
         # A padded one-token call at the last position writes one row past it.
-        return (f"a padded decode step needs --max-seq-len below max_position_embeddings "
-                f"({info.max_position_embeddings})")
+        return (
+            f"a padded decode step needs --max-seq-len below max_position_embeddings ({info.max_position_embeddings})"
+        )
     return None
 
 
 def resolve_path(onnx_path: str, info: ModelInfo, max_seq_len: int, trimmed: bool) -> str:
-    """"auto" -> "genai" where the model fits it, else "torch" (with a note); "genai" must fit."""
+    """ "auto" -> "genai" where the model fits it, else "torch" (with a note); "genai" must fit."""
     if onnx_path == "torch":
         return onnx_path
     reason = unsupported_reason(info, max_seq_len, trimmed)
@@ -170,8 +194,9 @@ def resolve_path(onnx_path: str, info: ModelInfo, max_seq_len: int, trimmed: boo
     return "torch"
 
 
-def export_genai(folder: Path, info: ModelInfo, quant: str, path: Path, vocab=None,
-                 head: torch.nn.Module | None = None) -> tuple[list[str], list[str], bool]:
+def export_genai(
+    folder: Path, info: ModelInfo, quant: str, path: Path, vocab=None, head: torch.nn.Module | None = None
+) -> tuple[list[str], list[str], bool]:
     """Build, trim, attach the head and write one self-contained ``path``; return (inputs, outputs,
     whether the embedding table is quantized: the builder's int4 shares it with the LM head)."""
     import onnx
@@ -187,19 +212,33 @@ def export_genai(folder: Path, info: ModelInfo, quant: str, path: Path, vocab=No
             size = hidden.type.tensor_type.shape.dim[-1].dim_value or head.in_features
             _attach(model, _head_graph(head, size, quant, model.ir_version, opsets, work))
         if model.ByteSize() > PROTOBUF_LIMIT:
-            raise ExportError(f"the builder's graph holds {model.ByteSize() / 2**30:.1f} GiB, over the 2 GiB a "
-                              "single-file ONNX artifact can hold; use --format executorch")
+            raise ExportError(
+                f"the builder's graph holds {model.ByteSize() / 2**30:.1f} GiB, over the 2 GiB a "
+                "single-file ONNX artifact can hold; use --format executorch"
+            )
         onnx.save(model, str(path))
     inputs = [i.name for i in model.graph.input]
     outputs = [o.name for o in model.graph.output]
     if inputs[:2] != ["input_ids", "attention_mask"] or outputs[0] != "logits":
-        raise ExportError(f"the builder's graph has inputs {inputs[:3]}… and outputs {outputs[:2]}…, not the "
-                          "input_ids/attention_mask -> logits signature omnidraft runs; use --onnx-path torch")
+        raise ExportError(
+            f"the builder's graph has inputs {inputs[:3]}… and outputs {outputs[:2]}…, not the "
+            "input_ids/attention_mask -> logits signature omnidraft runs; use --onnx-path torch"
+        )
     return inputs, outputs, any(n.op_type == "GatherBlockQuantized" for n in model.graph.node)
 
 
-def build_genai(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len: int, artifact: Path, sched,
-                threshold: float, on_gate, head: torch.nn.Module | None = None, vocab=None) -> Built:
+def build_genai(
+    model: torch.nn.Module,
+    info: ModelInfo,
+    quant: str,
+    max_seq_len: int,
+    artifact: Path,
+    sched,
+    threshold: float,
+    on_gate,
+    head: torch.nn.Module | None = None,
+    vocab=None,
+) -> Built:
     """Build with onnxruntime-genai and gate against eager PyTorch (fp32 HF, or the same quantized
     reference the torch.onnx path uses); verify vs decode is measured, not gated (see above)."""
     from dataclasses import replace
@@ -216,8 +255,16 @@ def build_genai(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len
         trim_head(model, "lm_head", vocab)
     inputs, outputs, quantized_embedding = export_genai(info.folder, info, quant, artifact, vocab, head)
     on_gate()
-    prov = parity.provisional_manifest("onnx", quant, info, max_seq_len, artifact, inputs, outputs,
-                                       vocab.manifest_entry() if vocab is not None else None)
+    prov = parity.provisional_manifest(
+        "onnx",
+        quant,
+        info,
+        max_seq_len,
+        artifact,
+        inputs,
+        outputs,
+        vocab.manifest_entry() if vocab is not None else None,
+    )
     pad = vocab is None  # it may be a target
     backend = OrtBackend(artifact.parent, replace(prov, pad_single_row=pad))
     steps = parity.run_artifact(backend, sched)
@@ -231,10 +278,14 @@ def build_genai(model: torch.nn.Module, info: ModelInfo, quant: str, max_seq_len
         fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} onnxruntime-genai graph", threshold)
     if head is not None:
         ref_head = head if quant == "fp32" else _head_reference(head, quant)
-        fig["accept_head"] = parity.gate_accept(backend, sched, ref_model, ref_head, quant == "fp32",
-                                                f"the {quant} onnxruntime-genai graph")
+        fig["accept_head"] = parity.gate_accept(
+            backend, sched, ref_model, ref_head, quant == "fp32", f"the {quant} onnxruntime-genai graph"
+        )
     what = f"the {quant} onnxruntime-genai graph"
-    fig["batch_invariance"] = (parity.gate_batch_invariance(backend, sched, max_seq_len, f"{what} (decode padded)")
-                               if pad else parity.measure_batch_invariance(backend, sched, max_seq_len))
+    fig["batch_invariance"] = (
+        parity.gate_batch_invariance(backend, sched, max_seq_len, f"{what} (decode padded)")
+        if pad
+        else parity.measure_batch_invariance(backend, sched, max_seq_len)
+    )
     fig["batch_invariance"]["single_row_padded"] = pad
     return Built(inputs, outputs, fig, EXPORTER, pad_single_row=pad)

@@ -32,8 +32,8 @@ PARITY_TEXT = (
 @dataclass(frozen=True)
 class Schedule:
     prefill: int
-    tokens_a: list[int]   # sequence before the rollback
-    tokens_b: list[int]   # sequence after it: tokens_a[:prefill+2] + [alt] + 3 more
+    tokens_a: list[int]  # sequence before the rollback
+    tokens_b: list[int]  # sequence after it: tokens_a[:prefill+2] + [alt] + 3 more
 
     @property
     def length(self) -> int:
@@ -50,22 +50,26 @@ def parity_tokens(tokenizer_file: Path, vocab_size: int, max_seq_len: int) -> Sc
     if not ids:
         raise ModelFolderError(f"{tokenizer_file} encodes text to no tokens; it is not a usable tokenizer")
     if max(ids) >= vocab_size:
-        raise ModelFolderError(f"{tokenizer_file} produces id {max(ids)} but the model has only {vocab_size} "
-                               "logits; the tokenizer does not belong to this model")
+        raise ModelFolderError(
+            f"{tokenizer_file} produces id {max(ids)} but the model has only {vocab_size} "
+            "logits; the tokenizer does not belong to this model"
+        )
     n = min(32, max_seq_len - 12)
     need = n + 8
     ids = (ids * (need // len(ids) + 1))[:need]
     a = ids[: n + 5]
     alt = (ids[n + 2] + 1) % vocab_size
-    b = ids[: n + 2] + [alt] + ids[n + 5: n + 8]
+    b = ids[: n + 2] + [alt] + ids[n + 5 : n + 8]
     return Schedule(prefill=n, tokens_a=a, tokens_b=b)
 
 
 def hf_logits(model: torch.nn.Module):
     """ids -> logits of a cache-free full-sequence forward of a transformers model."""
+
     @torch.no_grad()
     def run(ids: list[int]) -> np.ndarray:
         return model(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+
     return run
 
 
@@ -80,12 +84,14 @@ def run_artifact(backend, sched: Schedule, call=None) -> dict[str, tuple[np.ndar
     n, a, b = sched.prefill, sched.tokens_a, sched.tokens_b
     fwd = call or backend.forward
     backend.reset()
-    steps = {"prefill": (fwd(a[:n], 0), slice(0, n), "a"),
-             "decode": (fwd(a[n:n + 1], n), slice(n, n + 1), "a"),
-             "verify": (fwd(a[n + 1:n + 5], n + 1), slice(n + 1, n + 5), "a")}
+    steps = {
+        "prefill": (fwd(a[:n], 0), slice(0, n), "a"),
+        "decode": (fwd(a[n : n + 1], n), slice(n, n + 1), "a"),
+        "verify": (fwd(a[n + 1 : n + 5], n + 1), slice(n + 1, n + 5), "a"),
+    }
     backend.rollback(n + 2)
-    steps["rollback_decode"] = (fwd(b[n + 2:n + 3], n + 2), slice(n + 2, n + 3), "b")
-    steps["rollback_verify"] = (fwd(b[n + 3:n + 6], n + 3), slice(n + 3, n + 6), "b")
+    steps["rollback_decode"] = (fwd(b[n + 2 : n + 3], n + 2), slice(n + 2, n + 3), "b")
+    steps["rollback_verify"] = (fwd(b[n + 3 : n + 6], n + 3), slice(n + 3, n + 6), "b")
     backend.reset()
     return steps
 
@@ -102,25 +108,28 @@ def compare(steps: dict, ref_a: np.ndarray, ref_b: np.ndarray) -> dict:
         agree = int((got.argmax(-1) == ref.argmax(-1)).sum())
         out["steps"][name] = {"max_abs_diff": diff, "top1_agree": agree, "positions": len(ref)}
         worst, hits, total = max(worst, diff), hits + agree, total + len(ref)
-    out.update(max_abs_diff=worst, top1_agreement=hits / total, positions=total,
-               logit_scale=float(np.abs(ref_a).max()))
+    out.update(max_abs_diff=worst, top1_agreement=hits / total, positions=total, logit_scale=float(np.abs(ref_a).max()))
     return out
 
 
 def check_fp32(fig: dict, what: str) -> None:
     if not np.isfinite(fig["max_abs_diff"]) or fig["max_abs_diff"] > FP32_MAX_ABS_DIFF:
         worst = max(fig["steps"], key=lambda s: fig["steps"][s]["max_abs_diff"])
-        raise ExportError(f"parity gate failed: {what} differs from eager PyTorch by {fig['max_abs_diff']:.3g} "
-                          f"(limit {FP32_MAX_ABS_DIFF:g}, worst step: {worst}); the lowering is wrong — "
-                          "do not use this artifact, report the model config")
+        raise ExportError(
+            f"parity gate failed: {what} differs from eager PyTorch by {fig['max_abs_diff']:.3g} "
+            f"(limit {FP32_MAX_ABS_DIFF:g}, worst step: {worst}); the lowering is wrong — "
+            "do not use this artifact, report the model config"
+        )
 
 
 def check_top1(fig: dict, what: str, threshold: float) -> None:
     if not np.isfinite(fig["max_abs_diff"]) or fig["top1_agreement"] < threshold:
-        raise ExportError(f"parity gate failed: {what} agrees with its eager reference on "
-                          f"{fig['top1_agreement']:.1%} of greedy top-1 tokens (needs {threshold:.0%}); the "
-                          "quantized artifact is broken or the model is near-untrained (then lower the bar "
-                          "with --min-top1, or use --quant fp32)")
+        raise ExportError(
+            f"parity gate failed: {what} agrees with its eager reference on "
+            f"{fig['top1_agreement']:.1%} of greedy top-1 tokens (needs {threshold:.0%}); the "
+            "quantized artifact is broken or the model is near-untrained (then lower the bar "
+            "with --min-top1, or use --quant fp32)"
+        )
 
 
 def check_schedule_fits(max_seq_len: int) -> None:
@@ -133,6 +142,7 @@ def check_schedule_fits(max_seq_len: int) -> None:
 @dataclass
 class Built:
     """What a format's build step hands back to the pipeline."""
+
     inputs: list[str]
     outputs: list[str]
     parity: dict
@@ -141,21 +151,53 @@ class Built:
     pad_single_row: bool = False  # the runtime feeds one-token calls twice (export/onnx_genai.py)
 
 
-def provisional_manifest(fmt: str, quant: str, info, max_seq_len: int, artifact: Path, inputs: list[str],
-                         outputs: list[str], draft_vocab: dict | None = None):
+def provisional_manifest(
+    fmt: str,
+    quant: str,
+    info,
+    max_seq_len: int,
+    artifact: Path,
+    inputs: list[str],
+    outputs: list[str],
+    draft_vocab: dict | None = None,
+):
     """In-memory manifest so the gate runs the artifact through the real runtime backend."""
     from omnidraft.runtime.manifest import Manifest
 
-    return Manifest(format=fmt, quant=quant, architecture=info.architecture, vocab_size=info.vocab_size,
-                    max_seq_len=max_seq_len, num_layers=info.num_layers, num_kv_heads=info.num_kv_heads,
-                    head_dim=info.head_dim, inputs=inputs, outputs=outputs, artifact_file=artifact.name,
-                    artifact_sha256="", artifact_bytes=1, tokenizer_file="tokenizer.json", tokenizer_sha256="",
-                    source_model_sha256="", exporter_versions={}, eos_token_ids=[], bos_token_id=None,
-                    parity={}, export_command="omnidraft export ...", draft_vocab=draft_vocab or {})
+    return Manifest(
+        format=fmt,
+        quant=quant,
+        architecture=info.architecture,
+        vocab_size=info.vocab_size,
+        max_seq_len=max_seq_len,
+        num_layers=info.num_layers,
+        num_kv_heads=info.num_kv_heads,
+        head_dim=info.head_dim,
+        inputs=inputs,
+        outputs=outputs,
+        artifact_file=artifact.name,
+        artifact_sha256="",
+        artifact_bytes=1,
+        tokenizer_file="tokenizer.json",
+        tokenizer_sha256="",
+        source_model_sha256="",
+        exporter_versions={},
+        eos_token_ids=[],
+        bos_token_id=None,
+        parity={},
+        export_command="omnidraft export ...",
+        draft_vocab=draft_vocab or {},
+    )
 
 
-def gate(steps: dict, ref: tuple[np.ndarray, np.ndarray], fp32_ref: tuple[np.ndarray, np.ndarray], quant: str,
-         what: str, threshold: float) -> dict:
+def gate(
+    steps: dict,
+    ref: tuple[np.ndarray, np.ndarray],
+    fp32_ref: tuple[np.ndarray, np.ndarray],
+    quant: str,
+    what: str,
+    threshold: float,
+) -> dict:
     """Apply the gate for ``quant`` and return the manifest's parity figures."""
     fig = compare(steps, *ref)
     if quant == "fp32" and ref is fp32_ref:
@@ -163,8 +205,13 @@ def gate(steps: dict, ref: tuple[np.ndarray, np.ndarray], fp32_ref: tuple[np.nda
         return {**fig, "reference": "fp32-eager", "threshold_max_abs_diff": FP32_MAX_ABS_DIFF}
     check_top1(fig, what, threshold)
     vs_fp32 = compare(steps, *fp32_ref)
-    return {**fig, "reference": "quantized-eager", "threshold_top1": threshold,
-            "top1_vs_fp32_eager": vs_fp32["top1_agreement"], "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"]}
+    return {
+        **fig,
+        "reference": "quantized-eager",
+        "threshold_top1": threshold,
+        "top1_vs_fp32_eager": vs_fp32["top1_agreement"],
+        "max_abs_diff_vs_fp32_eager": vs_fp32["max_abs_diff"],
+    }
 
 
 # Batch invariance. Greedy speculative output equals target-only output only if a k-token verify
@@ -188,26 +235,31 @@ def measure_batch_invariance(backend, sched: Schedule, max_seq_len: int) -> dict
     for m in VERIFY_WINDOWS:
         if pos + m > len(ids):
             break
-        together = backend.forward(ids[pos:pos + m], pos)
+        together = backend.forward(ids[pos : pos + m], pos)
         backend.rollback(pos)
-        alone = np.stack([backend.forward([t], pos + i)[0] for i, t in enumerate(ids[pos:pos + m])])
+        alone = np.stack([backend.forward([t], pos + i)[0] for i, t in enumerate(ids[pos : pos + m])])
         worst = max(worst, float(np.abs(together - alone).max()))
         pos, rows = pos + m, rows + m
     backend.reset()
-    return {"verify_vs_decode_max_abs_diff": worst, "verify_vs_decode_rows": rows,
-            "threshold_verify_vs_decode": VERIFY_DECODE_MAX_ABS_DIFF,
-            "row_stable": bool(np.isfinite(worst) and worst <= VERIFY_DECODE_MAX_ABS_DIFF)}
+    return {
+        "verify_vs_decode_max_abs_diff": worst,
+        "verify_vs_decode_rows": rows,
+        "threshold_verify_vs_decode": VERIFY_DECODE_MAX_ABS_DIFF,
+        "row_stable": bool(np.isfinite(worst) and worst <= VERIFY_DECODE_MAX_ABS_DIFF),
+    }
 
 
 def gate_batch_invariance(backend, sched: Schedule, max_seq_len: int, what: str) -> dict:
     """measure_batch_invariance, raising ExportError past VERIFY_DECODE_MAX_ABS_DIFF."""
     fig = measure_batch_invariance(backend, sched, max_seq_len)
     if not fig["row_stable"]:
-        raise ExportError(f"parity gate failed: {what} gives different logits for a token verified in a k-token "
-                          f"call than for the same token decoded alone (max |Δ| "
-                          f"{fig['verify_vs_decode_max_abs_diff']:.3g} over {fig['verify_vs_decode_rows']} rows, "
-                          f"limit {VERIFY_DECODE_MAX_ABS_DIFF:g}); speculative output would not equal target-only "
-                          "output — try another --quant (the bundled target's fp32 graph stays within 1e-5)")
+        raise ExportError(
+            f"parity gate failed: {what} gives different logits for a token verified in a k-token "
+            f"call than for the same token decoded alone (max |Δ| "
+            f"{fig['verify_vs_decode_max_abs_diff']:.3g} over {fig['verify_vs_decode_rows']} rows, "
+            f"limit {VERIFY_DECODE_MAX_ABS_DIFF:g}); speculative output would not equal target-only "
+            "output — try another --quant (the bundled target's fp32 graph stays within 1e-5)"
+        )
     return fig
 
 
@@ -226,11 +278,11 @@ def _accept_reference(model: torch.nn.Module, head: torch.nn.Module):
     def run(ids: list[int]) -> np.ndarray:
         out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
         return head(out.hidden_states[-1])[0].float().numpy()
+
     return run
 
 
-def gate_accept(backend, sched: Schedule, model: torch.nn.Module, head: torch.nn.Module, fp32: bool,
-                what: str) -> dict:
+def gate_accept(backend, sched: Schedule, model: torch.nn.Module, head: torch.nn.Module, fp32: bool, what: str) -> dict:
     """Run the parity schedule through ``forward_with_accept`` and compare the acceptance logits with
     the eager drafter + head on the full sequences; raises ExportError past the bar."""
     ref_a, ref_b = reference_logits(_accept_reference(model, head), sched)
@@ -249,18 +301,28 @@ def gate_accept(backend, sched: Schedule, model: torch.nn.Module, head: torch.nn
         diffs.append(np.abs(sig(got) - sig(ref)).ravel())
         worst_prob = max(worst_prob, float(diffs[-1].max()))
     mean_prob = float(np.concatenate(diffs).mean()) if diffs else 0.0
-    fig = {"max_abs_diff": worst_logit, "max_prob_diff": worst_prob, "mean_prob_diff": mean_prob,
-           "reference": "fp32-eager" if fp32 else "quantized-eager"}
+    fig = {
+        "max_abs_diff": worst_logit,
+        "max_prob_diff": worst_prob,
+        "mean_prob_diff": mean_prob,
+        "reference": "fp32-eager" if fp32 else "quantized-eager",
+    }
     # fp32: float32 rounding grows with the logit's size (a confident head reaches |logit| > 10), so
     # the bar scales with the largest reference logit; a wrong feature misses by whole units.
     fp32_bar = FP32_MAX_ABS_DIFF * scale
-    bad = not np.isfinite(worst_logit) or (worst_logit > fp32_bar if fp32 else
-                                           worst_prob > ACCEPT_MAX_PROB_DIFF or mean_prob > ACCEPT_MEAN_PROB_DIFF)
+    bad = not np.isfinite(worst_logit) or (
+        worst_logit > fp32_bar if fp32 else worst_prob > ACCEPT_MAX_PROB_DIFF or mean_prob > ACCEPT_MEAN_PROB_DIFF
+    )
     if bad:
-        bar = (f"{fp32_bar:.3g} in logits" if fp32 else
-               f"mean {ACCEPT_MEAN_PROB_DIFF} / worst {ACCEPT_MAX_PROB_DIFF} in probability")
-        raise ExportError(f"parity gate failed: the acceptance head in {what} differs from eager by "
-                          f"{worst_logit:.3g} in logits / mean {mean_prob:.3g}, worst {worst_prob:.3g} in probability "
-                          f"(limit {bar}); "
-                          "the head's lowering is wrong — do not use this artifact")
+        bar = (
+            f"{fp32_bar:.3g} in logits"
+            if fp32
+            else f"mean {ACCEPT_MEAN_PROB_DIFF} / worst {ACCEPT_MAX_PROB_DIFF} in probability"
+        )
+        raise ExportError(
+            f"parity gate failed: the acceptance head in {what} differs from eager by "
+            f"{worst_logit:.3g} in logits / mean {mean_prob:.3g}, worst {worst_prob:.3g} in probability "
+            f"(limit {bar}); "
+            "the head's lowering is wrong — do not use this artifact"
+        )
     return fig

@@ -39,8 +39,10 @@ class ExportResult:
         inv = p.get("batch_invariance")
         if inv:
             fig += f"; verify vs decode max |Δ| {inv['verify_vs_decode_max_abs_diff']:.2g}"
-        return (f"exported {m.format}/{m.quant} {m.architecture} -> {self.out_dir / m.artifact_file} "
-                f"({size:.1f} MiB) in {self.seconds:.1f} s; parity {fig}")
+        return (
+            f"exported {m.format}/{m.quant} {m.architecture} -> {self.out_dir / m.artifact_file} "
+            f"({size:.1f} MiB) in {self.seconds:.1f} s; parity {fig}"
+        )
 
 
 def _quiet_libraries() -> None:
@@ -64,14 +66,26 @@ def _prepare_out_dir(out: Path) -> None:
         probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-")
         probe.close()
     except OSError as exc:
-        raise InvalidArgument(f"cannot write to output folder {out} ({exc.strerror or exc}); "
-                              "pick a writable --out folder") from None
+        raise InvalidArgument(
+            f"cannot write to output folder {out} ({exc.strerror or exc}); pick a writable --out folder"
+        ) from None
 
 
-def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, out_dir: str | Path,
-                 embedding_quant: str = "none", min_top1: float | None = None, et_path: str = "auto",
-                 progress: bool = True, accept_head: str | Path | None = None, draft_vocab: int | None = None,
-                 vocab_corpus: str | Path | None = None, onnx_path: str = "auto") -> ExportResult:
+def export_model(
+    model_dir: str | Path,
+    fmt: str,
+    quant: str,
+    max_seq_len: int,
+    out_dir: str | Path,
+    embedding_quant: str = "none",
+    min_top1: float | None = None,
+    et_path: str = "auto",
+    progress: bool = True,
+    accept_head: str | Path | None = None,
+    draft_vocab: int | None = None,
+    vocab_corpus: str | Path | None = None,
+    onnx_path: str = "auto",
+) -> ExportResult:
     """Export, gate and write. Raises ExportError (nothing is published) if the gate fails.
     ``accept_head``: an acceptance-head folder of this drafter, built into the ONNX graph as the
     extra output ``accept_logits`` (adaptive drafting, issue #6). ``draft_vocab``: keep only the
@@ -90,12 +104,18 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
     if draft_vocab is not None:
         from .draft_vocab import choose, special_ids
 
-        vocab = choose(info.folder, int(draft_vocab), info.vocab_size,
-                       special_ids(info.folder, info.bos_token_id, info.eos_token_id),
-                       Path(vocab_corpus) if vocab_corpus is not None else None)
+        vocab = choose(
+            info.folder,
+            int(draft_vocab),
+            info.vocab_size,
+            special_ids(info.folder, info.bos_token_id, info.eos_token_id),
+            Path(vocab_corpus) if vocab_corpus is not None else None,
+        )
     if max_seq_len > info.max_position_embeddings:
-        raise InvalidArgument(f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
-                              f"({info.max_position_embeddings}); use at most that")
+        raise InvalidArgument(
+            f"--max-seq-len {max_seq_len} exceeds the model's max_position_embeddings "
+            f"({info.max_position_embeddings}); use at most that"
+        )
     from .parity import check_schedule_fits
 
     check_schedule_fits(max_seq_len)
@@ -108,29 +128,49 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
         from .executorch_llm import unsupported_reason
 
         if reason := unsupported_reason(info):
-            raise InvalidArgument(f"the ExecuTorch LLM path does not support this model ({reason}); "
-                                  "use --et-path static or auto")
+            raise InvalidArgument(
+                f"the ExecuTorch LLM path does not support this model ({reason}); use --et-path static or auto"
+            )
     threshold = recipes.MIN_TOP1_AGREEMENT if min_top1 is None else float(min_top1)
     if not 0.0 <= threshold <= 1.0:
         raise InvalidArgument(f"--min-top1 must be within [0, 1] (got {min_top1})")
     out = Path(out_dir)
     _prepare_out_dir(out)
     _quiet_libraries()
-    command = " ".join(shlex.quote(str(a)) for a in [
-        "omnidraft", "export", "--model", model_dir, "--format", fmt, "--quant", quant,
-        "--max-seq-len", max_seq_len, "--out", out_dir]
+    command = " ".join(
+        shlex.quote(str(a))
+        for a in [
+            "omnidraft",
+            "export",
+            "--model",
+            model_dir,
+            "--format",
+            fmt,
+            "--quant",
+            quant,
+            "--max-seq-len",
+            max_seq_len,
+            "--out",
+            out_dir,
+        ]
         + (["--embedding-quant", embedding_quant] if embedding_quant != "none" else [])
         + (["--et-path", et_path] if fmt == "executorch" and et_path != "auto" else [])
         + (["--onnx-path", onnx_path] if onnx_path != "auto" else [])
         + (["--accept-head", accept_head] if accept_head is not None else [])
         + (["--draft-vocab", draft_vocab] if draft_vocab is not None else [])
-        + (["--vocab-corpus", vocab_corpus] if vocab_corpus is not None else []))
+        + (["--vocab-corpus", vocab_corpus] if vocab_corpus is not None else [])
+    )
 
     from tqdm import tqdm
 
     stages = ["load model", "export + lower", "parity gate", "write"]
-    bar = tqdm(total=len(stages), desc="export", file=sys.stderr, disable=not progress,
-               bar_format="{desc} [{n}/{total}] {elapsed}")
+    bar = tqdm(
+        total=len(stages),
+        desc="export",
+        file=sys.stderr,
+        disable=not progress,
+        bar_format="{desc} [{n}/{total}] {elapsed}",
+    )
 
     def stage(i: int) -> None:
         bar.n = i
@@ -157,31 +197,62 @@ def export_model(model_dir: str | Path, fmt: str, quant: str, max_seq_len: int, 
             if fmt == "onnx" and lowering == "genai":
                 from .onnx_genai import build_genai
 
-                built = build_genai(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2),
-                                    head, vocab)
+                built = build_genai(
+                    model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head, vocab
+                )
             elif fmt == "onnx":
                 from .onnx_export import build_onnx
 
-                built = build_onnx(model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head,
-                                   vocab)
+                built = build_onnx(
+                    model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head, vocab
+                )
             else:
                 from .executorch_export import build_executorch
 
-                built = build_executorch(model, info, quant, embedding_quant, et_path, max_seq_len, artifact,
-                                         sched, threshold, lambda: stage(2), vocab)
+                built = build_executorch(
+                    model,
+                    info,
+                    quant,
+                    embedding_quant,
+                    et_path,
+                    max_seq_len,
+                    artifact,
+                    sched,
+                    threshold,
+                    lambda: stage(2),
+                    vocab,
+                )
         stage(3)
         manifest = Manifest(
-            format=fmt, quant=quant, embedding_quant=embedding_quant, architecture=info.architecture,
-            vocab_size=info.vocab_size, max_seq_len=max_seq_len, num_layers=info.num_layers,
-            num_kv_heads=info.num_kv_heads, head_dim=info.head_dim, inputs=built.inputs, outputs=built.outputs,
-            artifact_file=artifact.name, artifact_sha256=sha256_file(artifact),
-            artifact_bytes=artifact.stat().st_size, tokenizer_file=TOKENIZER_FILE,
+            format=fmt,
+            quant=quant,
+            embedding_quant=embedding_quant,
+            architecture=info.architecture,
+            vocab_size=info.vocab_size,
+            max_seq_len=max_seq_len,
+            num_layers=info.num_layers,
+            num_kv_heads=info.num_kv_heads,
+            head_dim=info.head_dim,
+            inputs=built.inputs,
+            outputs=built.outputs,
+            artifact_file=artifact.name,
+            artifact_sha256=sha256_file(artifact),
+            artifact_bytes=artifact.stat().st_size,
+            tokenizer_file=TOKENIZER_FILE,
             tokenizer_sha256=sha256_file(info.folder / TOKENIZER_FILE),
-            source_model=str(info.folder.resolve()), source_model_sha256=weights_sha256(info),
-            exporter_versions=_versions(), eos_token_ids=_eos_list(info.eos_token_id),
-            bos_token_id=info.bos_token_id, parity=built.parity, export_command=command,
-            skipped_layers=built.skipped_layers, exporter=built.exporter, accept_head=head_meta,
-            draft_vocab=vocab.manifest_entry() if vocab is not None else {}, pad_single_row=built.pad_single_row)
+            source_model=str(info.folder.resolve()),
+            source_model_sha256=weights_sha256(info),
+            exporter_versions=_versions(),
+            eos_token_ids=_eos_list(info.eos_token_id),
+            bos_token_id=info.bos_token_id,
+            parity=built.parity,
+            export_command=command,
+            skipped_layers=built.skipped_layers,
+            exporter=built.exporter,
+            accept_head=head_meta,
+            draft_vocab=vocab.manifest_entry() if vocab is not None else {},
+            pad_single_row=built.pad_single_row,
+        )
         _publish(staging, out, info.folder, manifest)
         bar.n = len(stages)
         bar.set_description("export: done")
@@ -198,8 +269,10 @@ def _check_head(accept_head: str | Path, fmt: str, info) -> dict:
     from omnidraft.runtime.accept_head import HEAD_JSON, check_belongs, drafter_identity, read_head
 
     if fmt != "onnx":
-        raise InvalidArgument("--accept-head needs --format onnx: the ExecuTorch lowerings do not carry an acceptance "
-                              "head yet (decode a .pte drafter with a fixed --draft-len K)")
+        raise InvalidArgument(
+            "--accept-head needs --format onnx: the ExecuTorch lowerings do not carry an acceptance "
+            "head yet (decode a .pte drafter with a fixed --draft-len K)"
+        )
     from omnidraft.runtime.head_model import load_head
 
     head = read_head(accept_head)

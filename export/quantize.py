@@ -29,6 +29,7 @@ def untie_lm_head(model: torch.nn.Module) -> None:
 
 # --- ExecuTorch (torchao) ------------------------------------------------------------------------
 
+
 def torchao_quantize(model: torch.nn.Module, quant: str) -> list[str]:
     """Apply 8da4w / 8da8w in place; return the Linear layers left in fp32.
 
@@ -46,8 +47,11 @@ def torchao_quantize(model: torch.nn.Module, quant: str) -> list[str]:
     else:
         raise ValueError(quant)
     untie_lm_head(model)
-    skipped = [name for name, m in model.named_modules()
-               if isinstance(m, torch.nn.Linear) and quant == "8da4w" and m.in_features % GROUP_SIZE]
+    skipped = [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and quant == "8da4w" and m.in_features % GROUP_SIZE
+    ]
 
     def fits(m: torch.nn.Module, fqn: str) -> bool:
         return isinstance(m, torch.nn.Linear) and fqn not in skipped
@@ -63,11 +67,13 @@ def quantize_embedding_int8(model: torch.nn.Module) -> None:
 
     untie_lm_head(model)
     with contextlib.redirect_stdout(io.StringIO()):  # the handler prints one line per table
-        EmbeddingQuantHandler(model, bitwidth=8, group_size=None, packed=False,
-                              quantize_with_hqq=False).quantized_model()
+        EmbeddingQuantHandler(
+            model, bitwidth=8, group_size=None, packed=False, quantize_with_hqq=False
+        ).quantized_model()
 
 
 # --- ONNX Runtime ---------------------------------------------------------------------------------
+
 
 def ort_quantize(src: Path, dst: Path, quant: str) -> None:
     """int8: MatMulNBits 8-bit block 32 on MatMul weights. int4: MatMulNBits block 32 plus the embedding Gather."""
@@ -88,16 +94,23 @@ def ort_quantize(src: Path, dst: Path, quant: str) -> None:
             # drafter: 30 ms vs 0.8 ms per decode step; fp32 graph 2.3 ms). Per-row scales keep the rows
             # of a verify call independent (max difference 2e-6 vs 1-token calls).
             int4 = quant == "int4"
-            q = MatMulNBitsQuantizer(onnx.load(str(src)), bits=4 if int4 else 8, block_size=GROUP_SIZE,
-                                     is_symmetric=True, accuracy_level=None if int4 else 4,
-                                     op_types_to_quantize=("MatMul", "Gather") if int4 else ("MatMul",),
-                                     quant_axes=(("MatMul", 0), ("Gather", 1)))
+            q = MatMulNBitsQuantizer(
+                onnx.load(str(src)),
+                bits=4 if int4 else 8,
+                block_size=GROUP_SIZE,
+                is_symmetric=True,
+                accuracy_level=None if int4 else 4,
+                op_types_to_quantize=("MatMul", "Gather") if int4 else ("MatMul",),
+                quant_axes=(("MatMul", 0), ("Gather", 1)),
+            )
             q.process()
             q.model.save_model_to_file(str(dst), use_external_data_format=False)
         else:
             raise ValueError(quant)
     except (ValueError, RuntimeError, KeyError) as exc:
-        raise ExportError(f"onnxruntime {quant} quantization failed ({exc}); try --quant fp32 or another quant") from exc
+        raise ExportError(
+            f"onnxruntime {quant} quantization failed ({exc}); try --quant fp32 or another quant"
+        ) from exc
     finally:
         root.setLevel(saved)
 

@@ -50,17 +50,18 @@ MIN_MAX_SEQ_LEN = 24
 COUNTS_FILE = "token_counts.json"
 
 
-def check_choice(fmt: str, quant: str, embedding_quant: str = "none", et_path: str = "auto",
-                 onnx_path: str = "auto") -> None:
+def check_choice(
+    fmt: str, quant: str, embedding_quant: str = "none", et_path: str = "auto", onnx_path: str = "auto"
+) -> None:
     """Refuse an unknown format / quant / embedding quant, listing the valid values."""
     if fmt not in QUANTS:
         raise InvalidArgument(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     if quant not in QUANTS[fmt]:
-        raise InvalidArgument(
-            f"unknown quant {quant!r} for format {fmt}; choose one of: {', '.join(QUANTS[fmt])}")
+        raise InvalidArgument(f"unknown quant {quant!r} for format {fmt}; choose one of: {', '.join(QUANTS[fmt])}")
     if embedding_quant not in EMBEDDING_QUANTS:
         raise InvalidArgument(
-            f"unknown embedding quant {embedding_quant!r}; choose one of: {', '.join(EMBEDDING_QUANTS)}")
+            f"unknown embedding quant {embedding_quant!r}; choose one of: {', '.join(EMBEDDING_QUANTS)}"
+        )
     if et_path not in ET_PATHS:
         raise InvalidArgument(f"unknown ExecuTorch path {et_path!r}; choose one of: {', '.join(ET_PATHS)}")
     if onnx_path not in ONNX_PATHS:
@@ -70,4 +71,5 @@ def check_choice(fmt: str, quant: str, embedding_quant: str = "none", et_path: s
     if embedding_quant != "none" and fmt != "executorch":
         raise InvalidArgument(
             "--embedding-quant applies to --format executorch only (ONNX int4 already quantizes "
-            "the embedding Gather); drop the option or switch format")
+            "the embedding Gather); drop the option or switch format"
+        )

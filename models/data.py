@@ -45,8 +45,8 @@ HELDOUT_WORKS = frozenset({"hamlet", "macbeth", "tempest", "twelfth_night", "oth
 
 @dataclass(frozen=True)
 class Document:
-    id: str       # "<source>:<name>", stable across machines
-    domain: str   # "code" or "text"
+    id: str  # "<source>:<name>", stable across machines
+    domain: str  # "code" or "text"
     text: str
 
 
@@ -70,7 +70,9 @@ def is_heldout(doc_id: str) -> bool:
 def _pip_download(spec: str, sdist: bool) -> Path:
     dest = cache_dir() / "raw"
     name = spec.split("==")[0].replace("-", "_")
-    found = [p for p in dest.glob("*") if p.name.lower().replace("-", "_").startswith(name) and not p.name.endswith(".tmp")]
+    found = [
+        p for p in dest.glob("*") if p.name.lower().replace("-", "_").startswith(name) and not p.name.endswith(".tmp")
+    ]
     if found:
         return found[0]
     with tempfile.TemporaryDirectory(dir=dest.parent if dest.parent.exists() else None) as tmp:
@@ -96,8 +98,10 @@ def _fetch_docs_deb() -> Path | None:
         res = subprocess.run(["apt-get", "download", DOCS_DEB], cwd=tmp, capture_output=True, text=True)
         debs = list(Path(tmp).glob("*.deb"))
         if res.returncode != 0 or not debs:
-            print(f"warning: `apt-get download {DOCS_DEB}` failed; the text corpus will lack the Python docs",
-                  file=sys.stderr)
+            print(
+                f"warning: `apt-get download {DOCS_DEB}` failed; the text corpus will lack the Python docs",
+                file=sys.stderr,
+            )
             return None
         os.replace(debs[0], dest / debs[0].name)
         return dest / debs[0].name
@@ -211,7 +215,9 @@ def train_documents(domain: str) -> list[Document]:
     """Training documents of `domain` ("code" or "text"), with every held-out document removed."""
     if domain == "code":
         docs = load_corpus("stdlib") + [
-            Document(f"humaneval:{p['task_id']}", "code", p["prompt"] + p["canonical_solution"]) for p in load_humaneval()]
+            Document(f"humaneval:{p['task_id']}", "code", p["prompt"] + p["canonical_solution"])
+            for p in load_humaneval()
+        ]
     elif domain == "text":
         docs = load_corpus("gutenberg") + load_corpus("pydoc")
     else:
@@ -234,8 +240,8 @@ def function_snippets(doc: Document, max_chars: int = 1500) -> list[tuple[str, s
         doc_end = node.body[0].end_lineno
         if len(node.body) < 2 or node.end_lineno is None or node.decorator_list:
             continue
-        prompt = "".join(lines[node.lineno - 1: doc_end])
-        reference = "".join(lines[doc_end: node.end_lineno])
+        prompt = "".join(lines[node.lineno - 1 : doc_end])
+        reference = "".join(lines[doc_end : node.end_lineno])
         if len(prompt) <= max_chars and 20 <= len(reference) <= max_chars:
             out.append((node.name, prompt, reference))
     return out
@@ -248,16 +254,29 @@ def corpus_stats() -> str:
     from omnidraft.models.gguf_tokenizers import get_tokenizer_dir
 
     toks = {n: Tokenizer.from_file(str(get_tokenizer_dir(n) / "tokenizer.json")) for n in ("llama-spm", "gpt-2")}
-    he = [Document(f"humaneval:{p['task_id']}", "code", p["prompt"] + p["canonical_solution"]) for p in load_humaneval()]
-    corpora = {"stdlib": load_corpus("stdlib"), "humaneval": he, "gutenberg": load_corpus("gutenberg"),
-               "pydoc": load_corpus("pydoc")}
-    lines = ["| corpus | split | documents | characters | Llama-2 tokens | GPT-2 tokens |", "|---|---|---:|---:|---:|---:|"]
+    he = [
+        Document(f"humaneval:{p['task_id']}", "code", p["prompt"] + p["canonical_solution"]) for p in load_humaneval()
+    ]
+    corpora = {
+        "stdlib": load_corpus("stdlib"),
+        "humaneval": he,
+        "gutenberg": load_corpus("gutenberg"),
+        "pydoc": load_corpus("pydoc"),
+    }
+    lines = [
+        "| corpus | split | documents | characters | Llama-2 tokens | GPT-2 tokens |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for name, docs in corpora.items():
         for split, held in (("train", False), ("held-out", True)):
             part = [d.text for d in docs if is_heldout(d.id) == held]
-            counts = {n: sum(len(e.ids) for e in t.encode_batch(part, add_special_tokens=False)) for n, t in toks.items()}
-            lines.append(f"| {name} | {split} | {len(part)} | {sum(map(len, part)):,} | "
-                         f"{counts['llama-spm']:,} | {counts['gpt-2']:,} |")
+            counts = {
+                n: sum(len(e.ids) for e in t.encode_batch(part, add_special_tokens=False)) for n, t in toks.items()
+            }
+            lines.append(
+                f"| {name} | {split} | {len(part)} | {sum(map(len, part)):,} | "
+                f"{counts['llama-spm']:,} | {counts['gpt-2']:,} |"
+            )
     return "\n".join(lines)
 
 

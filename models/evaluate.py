@@ -20,7 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -36,8 +35,10 @@ def load_pair_member(folder: Path):
     from omnidraft.runtime.tokenizer import load_codec
 
     if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
-        raise ModelFolderError(f"{folder} has no config.json/model.safetensors; run "
-                               f"`python -m omnidraft.models.train --recipe {folder.name}`")
+        raise ModelFolderError(
+            f"{folder} has no config.json/model.safetensors; run "
+            f"`python -m omnidraft.models.train --recipe {folder.name}`"
+        )
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     return model, load_codec(folder)
 
@@ -78,8 +79,12 @@ def evaluate_stream(pair: dict, stream: str, n: int) -> dict:
             agree += sum(res["drafter"]["pred"][c] == res["target"]["pred"][c] for c in common)
     row = {}
     for k, a in agg.items():
-        row[k] = {"ppl": math.exp(a["nll"] / max(1, a["tokens"])), "bits_per_byte": a["nll"] / max(1, a["bytes"]) / math.log(2),
-                  "tokens": a["tokens"], "bytes": a["bytes"]}
+        row[k] = {
+            "ppl": math.exp(a["nll"] / max(1, a["tokens"])),
+            "bits_per_byte": a["nll"] / max(1, a["bytes"]) / math.log(2),
+            "tokens": a["tokens"],
+            "bytes": a["bytes"],
+        }
     row["agreement"] = agree / compared if compared else None
     row["agreement_positions"] = compared
     return row
@@ -104,7 +109,7 @@ def greedy_sample(model, codec, prompt: str, new_tokens: int) -> str:
     ids = codec.tokenizer.encode(prompt, add_special_tokens=True).ids
     x = torch.tensor([ids])
     out = model.generate(x, max_new_tokens=new_tokens, do_sample=False, pad_token_id=model.config.eos_token_id)
-    return codec.decode(out[0, len(ids):].tolist())
+    return codec.decode(out[0, len(ids) :].tolist())
 
 
 def print_samples(samples: dict) -> None:
@@ -126,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, help="write all numbers here")
-    ap.add_argument("--latency-only", action="store_true",
-                    help="only time decode steps: --rounds alternating rounds of 100 steps, median reported")
+    ap.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only time decode steps: --rounds alternating rounds of 100 steps, median reported",
+    )
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -144,24 +152,36 @@ def main(argv: list[str] | None = None) -> int:
             for k, (m, _c) in pair.items():
                 times[k].append(decode_latency_ms(m, steps=100))
         med = {k: statistics.median(v) for k, v in times.items()}
-        print(f"decode step, torch eager fp32, {args.threads} thread(s), context 128, median of {args.rounds} rounds x 100 steps: "
-              f"drafter {med['drafter']:.2f} ms, target {med['target']:.2f} ms, ratio {med['target'] / med['drafter']:.1f}x")
+        print(
+            f"decode step, torch eager fp32, {args.threads} thread(s), context 128, median of {args.rounds} rounds x 100 steps: "
+            f"drafter {med['drafter']:.2f} ms, target {med['target']:.2f} ms, ratio {med['target'] / med['drafter']:.1f}x"
+        )
         return 0
     results = {"streams": {s: evaluate_stream(pair, s, args.n) for s in STREAMS}}
     results["latency_ms"] = {k: decode_latency_ms(m) for k, (m, _) in pair.items()}
     results["params"] = {k: sum(p.numel() for p in m.parameters()) for k, (m, _) in pair.items()}
-    results["samples"] = {s: [{"prompt": p.prompt, **{k: greedy_sample(m, c, p.prompt, args.sample_tokens)
-                                                       for k, (m, c) in pair.items()}}
-                              for p in load_stream(s, "test")[: args.samples]] for s in STREAMS}
+    results["samples"] = {
+        s: [
+            {"prompt": p.prompt, **{k: greedy_sample(m, c, p.prompt, args.sample_tokens) for k, (m, c) in pair.items()}}
+            for p in load_stream(s, "test")[: args.samples]
+        ]
+        for s in STREAMS
+    }
     print(f"Held-out test splits, first {args.n} prompts per stream; teacher-forced on the reference.\n")
-    print("| stream | drafter ppl (Llama-2 tokens) | target ppl (GPT-2 tokens) | drafter bits/byte | target bits/byte | greedy agreement | positions |")
+    print(
+        "| stream | drafter ppl (Llama-2 tokens) | target ppl (GPT-2 tokens) | drafter bits/byte | target bits/byte | greedy agreement | positions |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for s, r in results["streams"].items():
         d, t = r["drafter"], r["target"]
-        print(f"| {s} | {d['ppl']:.2f} | {t['ppl']:.2f} | {d['bits_per_byte']:.3f} | {t['bits_per_byte']:.3f} | "
-              f"{r['agreement']:.3f} | {r['agreement_positions']} |")
+        print(
+            f"| {s} | {d['ppl']:.2f} | {t['ppl']:.2f} | {d['bits_per_byte']:.3f} | {t['bits_per_byte']:.3f} | "
+            f"{r['agreement']:.3f} | {r['agreement_positions']} |"
+        )
     lat = results["latency_ms"]
-    print(f"\n| model | parameters | decode step, torch eager fp32, {args.threads} thread(s), context 128 (median ms) |")
+    print(
+        f"\n| model | parameters | decode step, torch eager fp32, {args.threads} thread(s), context 128 (median ms) |"
+    )
     print("|---|---:|---:|")
     for k in ("drafter", "target"):
         print(f"| {k} | {results['params'][k] / 1e6:.2f} M | {lat[k]:.2f} |")

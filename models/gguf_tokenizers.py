@@ -72,14 +72,26 @@ def fetch_sdist() -> Path:
         print(f"downloading {SDIST_SPEC} sdist (~76 MB) into {sdist_dir}", file=sys.stderr)
         # pip prepares the sdist's metadata (installs scikit-build-core in an isolated env, ~1 min);
         # --no-build-isolation would skip that but then pip fails before saving the file.
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               SDIST_SPEC, "-d", str(sdist_dir)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            SDIST_SPEC,
+            "-d",
+            str(sdist_dir),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         tarballs = sorted(sdist_dir.glob(f"llama_cpp_python-{SDIST_VERSION}.tar.gz"))
         if not tarballs:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise TokenizerError(f"could not download {SDIST_SPEC} ({' | '.join(tail)}); {FIX_HINT}, "
-                                 f"or put llama_cpp_python-{SDIST_VERSION}.tar.gz into {sdist_dir}")
+            raise TokenizerError(
+                f"could not download {SDIST_SPEC} ({' | '.join(tail)}); {FIX_HINT}, "
+                f"or put llama_cpp_python-{SDIST_VERSION}.tar.gz into {sdist_dir}"
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".llama-vocab-", dir=out.parent))
     try:
@@ -87,15 +99,19 @@ def fetch_sdist() -> Path:
             for member in tar:
                 name = Path(member.name).name
                 # Only the vocabulary files and their test vectors; the rest of llama.cpp is not needed.
-                if (member.isfile() and "/vendor/llama.cpp/models/" in member.name
-                        and name.startswith("ggml-vocab-")
-                        and name.endswith((".gguf", ".gguf.inp", ".gguf.out"))):
+                if (
+                    member.isfile()
+                    and "/vendor/llama.cpp/models/" in member.name
+                    and name.startswith("ggml-vocab-")
+                    and name.endswith((".gguf", ".gguf.inp", ".gguf.out"))
+                ):
                     src = tar.extractfile(member)
                     assert src is not None
                     (tmp / name).write_bytes(src.read())
         if not any(tmp.glob("ggml-vocab-*.gguf")):
-            raise TokenizerError(f"{tarballs[0]} holds no vendor/llama.cpp/models/ggml-vocab-*.gguf; "
-                                 f"delete it and {FIX_HINT}")
+            raise TokenizerError(
+                f"{tarballs[0]} holds no vendor/llama.cpp/models/ggml-vocab-*.gguf; delete it and {FIX_HINT}"
+            )
         try:
             os.replace(tmp, out)
         except OSError:
@@ -129,7 +145,9 @@ def read_test_vectors(name: str) -> list[tuple[str, list[int]]]:
     if ids and ids[-1] == "":
         ids = ids[:-1]
     if len(texts) != len(ids):
-        raise TokenizerError(f"{inp.name}: {len(texts)} texts but {len(ids)} id lines; delete {inp.parent} and {FIX_HINT}")
+        raise TokenizerError(
+            f"{inp.name}: {len(texts)} texts but {len(ids)} id lines; delete {inp.parent} and {FIX_HINT}"
+        )
     return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, ids)]
 
 
@@ -162,8 +180,9 @@ def _build(meta: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         # Llama-2's legacy HF tokenizer: always prepend "▁" and map spaces to "▁" (llama.cpp does the
         # same with add_space_prefix); Metaspace(prepend_scheme="first") misses 15/46 vectors.
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                         decoders.Strip(" ", 1, 0)])
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
     elif kind == "gpt2":  # byte-level BPE with explicit merges
         pre = meta.get("tokenizer.ggml.pre", "default")
         if pre not in _PRE_REGEX:
@@ -173,18 +192,25 @@ def _build(meta: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre == "llama-bpe")))
         if pre == "qwen2":
             tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(_PRE_REGEX[pre]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_PRE_REGEX[pre]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
         tok.decoder = decoders.ByteLevel()
     else:
-        raise TokenizerError(f"unsupported tokenizer model {kind!r} in gguf; only 'llama' (SentencePiece) and 'gpt2' (BPE) convert")
+        raise TokenizerError(
+            f"unsupported tokenizer model {kind!r} in gguf; only 'llama' (SentencePiece) and 'gpt2' (BPE) convert"
+        )
 
     # Control, unknown and user-defined tokens are matched whole (llama.cpp's parse_special); control
     # and unknown ones are special so decode(skip_special_tokens=True) drops them, as in the HF originals.
-    added = [AddedToken(t, special=(ty in (_CONTROL, _UNKNOWN)), normalized=False)
-             for t, ty in zip(tokens, types) if ty in (_CONTROL, _UNKNOWN, _USER_DEFINED)]
+    added = [
+        AddedToken(t, special=(ty in (_CONTROL, _UNKNOWN)), normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty in (_CONTROL, _UNKNOWN, _USER_DEFINED)
+    ]
     tok.add_tokens(added)
 
     # llama.cpp's defaults when the gguf is silent: SentencePiece and Llama-3 add BOS, other BPEs don't.
@@ -201,16 +227,23 @@ def _build(meta: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         single, pair = f"{single} {eos}:0", f"{pair} {eos}:1"
         specials.append((eos, eos_id))
     if specials:
-        tok.post_processor = processors.TemplateProcessing(single=single, pair=f"{single} {pair}",
-                                                           special_tokens=list(dict.fromkeys(specials)))
-    info = {"bos_token": bos, "eos_token": eos, "unk_token": tokens[unk_id] if unk_id is not None else None,
-            "add_bos_token": add_bos, "add_eos_token": add_eos, "model_max_length": 1 << 30,
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "source": f"llama.cpp ggml-vocab via {SDIST_SPEC} sdist", "gguf_model": kind,
-            "gguf_pre": pre, "omnidraft_converter_version": CONVERTER_VERSION}
+        tok.post_processor = processors.TemplateProcessing(
+            single=single, pair=f"{single} {pair}", special_tokens=list(dict.fromkeys(specials))
+        )
+    info = {
+        "bos_token": bos,
+        "eos_token": eos,
+        "unk_token": tokens[unk_id] if unk_id is not None else None,
+        "add_bos_token": add_bos,
+        "add_eos_token": add_eos,
+        "model_max_length": 1 << 30,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "source": f"llama.cpp ggml-vocab via {SDIST_SPEC} sdist",
+        "gguf_model": kind,
+        "gguf_pre": pre,
+        "omnidraft_converter_version": CONVERTER_VERSION,
+    }
     return tok, info
-
-
 
 
 def tokenizer_dir(name: str) -> Path:
@@ -255,8 +288,10 @@ COMMITTED = {"gpt-2": "gpt2", "phi-3": "phi3"}
 def committed_tokenizer_dir(name: str) -> Path:
     """The folder of a tokenizer committed to the repository (gpt-2, phi-3); needs no download."""
     if name not in COMMITTED:
-        raise TokenizerError(f"{name!r} is not committed (licence); only {', '.join(COMMITTED)} are. "
-                             f"Use get_tokenizer_dir({name!r}) to convert it into the cache")
+        raise TokenizerError(
+            f"{name!r} is not committed (licence); only {', '.join(COMMITTED)} are. "
+            f"Use get_tokenizer_dir({name!r}) to convert it into the cache"
+        )
     out = Path(__file__).resolve().parent / "tokenizers" / COMMITTED[name]
     if not (out / "tokenizer.json").is_file():
         raise TokenizerError(f"{out / 'tokenizer.json'} is missing; restore it from git or {FIX_HINT}")

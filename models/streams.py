@@ -31,8 +31,8 @@ PROMPT_CHARS, REFERENCE_CHARS = 320, 320
 class Prompt:
     id: str
     stream: str
-    prompt: str      # text the model continues
-    reference: str   # the true continuation (for perplexity, distillation, agreement)
+    prompt: str  # text the model continues
+    reference: str  # the true continuation (for perplexity, distillation, agreement)
 
 
 def _check(name: str, split: str) -> None:
@@ -107,11 +107,11 @@ def _passages(doc: data.Document) -> list[Prompt]:
     # stage-direction brackets) and need enough room for prompt and reference.
     for m in re.finditer(r"\n\n(?=[A-Z][a-z])", text):
         start = m.end()
-        body = text[start: start + PROMPT_CHARS + REFERENCE_CHARS + 200]
+        body = text[start : start + PROMPT_CHARS + REFERENCE_CHARS + 200]
         if len(body) < PROMPT_CHARS + REFERENCE_CHARS:
             continue
         prompt = _cut(body, PROMPT_CHARS)
-        reference = _cut(body[len(prompt):], REFERENCE_CHARS)
+        reference = _cut(body[len(prompt) :], REFERENCE_CHARS)
         if sum(c.isalpha() for c in prompt) < 0.6 * len(prompt):
             continue  # tables, code listings
         out.append(Prompt(f"text/{doc.id}@{start}", "text", prompt, reference))
@@ -130,12 +130,14 @@ def _text(split: str) -> list[Prompt]:
     return lit + _sample(by_source["pydoc"], COUNTS[split] - len(lit), f"text-doc-{split}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str, split: str) -> tuple[Prompt, ...]:
     prompts = {"code": _code, "math": _math, "text": _text}[name](split)
     if len(prompts) < COUNTS[split]:
-        raise DataError(f"stream {name}/{split} has only {len(prompts)} prompts; the data cache looks incomplete: "
-                        f"delete {data.cache_dir()} and {data.FIX_HINT}")
+        raise DataError(
+            f"stream {name}/{split} has only {len(prompts)} prompts; the data cache looks incomplete: "
+            f"delete {data.cache_dir()} and {data.FIX_HINT}"
+        )
     return tuple(prompts)
 
 
@@ -149,7 +151,7 @@ def load_stream_file(path: str | Path) -> list[Prompt]:
     """A user stream: JSONL with one {"prompt": str, optional "reference", "id"} object per line."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"stream file {path} does not exist; pass a JSONL file with one {{\"prompt\": ...}} per line")
+        raise DataError(f'stream file {path} does not exist; pass a JSONL file with one {{"prompt": ...}} per line')
     prompts = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -157,15 +159,19 @@ def load_stream_file(path: str | Path) -> list[Prompt]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"{path} line {n} is not valid JSON ({exc.msg}); each line must be {{\"prompt\": \"...\"}}") from exc
+            raise DataError(
+                f'{path} line {n} is not valid JSON ({exc.msg}); each line must be {{"prompt": "..."}}'
+            ) from exc
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"]:
-            raise DataError(f"{path} line {n} has no non-empty string \"prompt\" field; each line must be {{\"prompt\": \"...\"}}")
+            raise DataError(
+                f'{path} line {n} has no non-empty string "prompt" field; each line must be {{"prompt": "..."}}'
+            )
         ref = obj.get("reference", "")
         if not isinstance(ref, str):
-            raise DataError(f"{path} line {n}: \"reference\" must be a string")
+            raise DataError(f'{path} line {n}: "reference" must be a string')
         prompts.append(Prompt(str(obj.get("id", f"{path.stem}/{n}")), "file", obj["prompt"], ref))
     if not prompts:
-        raise DataError(f"stream file {path} is empty; add one {{\"prompt\": \"...\"}} object per line")
+        raise DataError(f'stream file {path} is empty; add one {{"prompt": "..."}} object per line')
     return prompts
 
 

@@ -148,8 +148,11 @@ def lr_at(step: int, tr: dict[str, Any]) -> float:
 def _make_optimizer(model: torch.nn.Module, tr: dict[str, Any]) -> torch.optim.AdamW:
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": tr["weight_decay"]},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=tr["lr"], betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tr["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=tr["lr"],
+        betas=(0.9, 0.95),
+    )
 
 
 def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list, seconds: float = 0.0) -> None:
@@ -160,7 +163,9 @@ def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list, seconds
     opt_t = {}
     for p, st in opt.state.items():
         for k, v in st.items():
-            opt_t[f"{names[id(p)]}::{k}"] = v.detach().reshape(-1).contiguous() if k == "step" else v.detach().contiguous()
+            opt_t[f"{names[id(p)]}::{k}"] = (
+                v.detach().reshape(-1).contiguous() if k == "step" else v.detach().contiguous()
+            )
     save_file(opt_t, str(tmp / "optimizer.safetensors"))
     state = {"step": step, "torch_rng": torch.get_rng_state().tolist(), "losses": losses, "train_seconds": seconds}
     (tmp / "state.json").write_text(json.dumps(state))
@@ -187,7 +192,9 @@ def load_checkpoint(ckpt_dir: Path, model, opt) -> tuple[int, list]:
         opt_t = load_file(str(folder / "optimizer.safetensors"))
         state = json.loads((folder / "state.json").read_text())
     except (OSError, ValueError, KeyError, SafetensorError) as exc:
-        raise ModelFolderError(f"checkpoint in {ckpt_dir} is damaged ({exc}); delete that folder and train again") from exc
+        raise ModelFolderError(
+            f"checkpoint in {ckpt_dir} is damaged ({exc}); delete that folder and train again"
+        ) from exc
     for key, v in opt_t.items():
         name, k = key.split("::")
         opt.state[params[name]][k] = v.reshape(()) if k == "step" else v.clone()
@@ -213,7 +220,10 @@ def plot_losses(losses: list, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     steps, vals = zip(*losses) if losses else ((), ())
     ax.plot(steps, vals, lw=0.8)
-    ax.set_xlabel("step"); ax.set_ylabel("training loss (nats/token)"); ax.set_title(title); ax.grid(alpha=0.3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
@@ -230,8 +240,9 @@ def export_hf(model, recipe: dict[str, Any], tok_path: Path, out: Path, copy_tok
     m.load_state_dict(model.state_dict())
     m.to(dtype).save_pretrained(str(tmp), safe_serialization=True)
     d = recipe["data"]
-    GenerationConfig(bos_token_id=d.get("bos_id"), eos_token_id=d["eos_id"], pad_token_id=d["eos_id"],
-                     do_sample=False).save_pretrained(str(tmp))
+    GenerationConfig(
+        bos_token_id=d.get("bos_id"), eos_token_id=d["eos_id"], pad_token_id=d["eos_id"], do_sample=False
+    ).save_pretrained(str(tmp))
     if copy_tokenizer:
         shutil.copy(tok_path, tmp / "tokenizer.json")
     cfg = tok_path.parent / "tokenizer_config.json"
@@ -250,9 +261,16 @@ def export_hf(model, recipe: dict[str, Any], tok_path: Path, out: Path, copy_tok
     os.replace(tmp, out)
 
 
-def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: bool = True,
-          stop_after: int | None = None, threads: int | None = None, quiet: bool = False,
-          export_only: bool = False) -> list:
+def train(
+    recipe: dict[str, Any],
+    work_dir: Path,
+    out_dir: Path | None,
+    resume: bool = True,
+    stop_after: int | None = None,
+    threads: int | None = None,
+    quiet: bool = False,
+    export_only: bool = False,
+) -> list:
     """Runs (or resumes) a recipe; returns the loss history [(step, loss)]. `stop_after` simulates an
     interruption after that many steps (used by the tests)."""
     from tqdm import tqdm
@@ -281,7 +299,7 @@ def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: 
             return losses
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tr)
-        batch = rows[step * B:(step + 1) * B]
+        batch = rows[step * B : (step + 1) * B]
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
@@ -298,13 +316,22 @@ def train(recipe: dict[str, Any], work_dir: Path, out_dir: Path | None, resume: 
     bar.close()
     if out_dir is not None:
         export_hf(model, recipe, tok_path, out_dir, copy_tokenizer=recipe.get("commit_tokenizer", True))
-        plot_losses(losses, MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR
-                    else work_dir / "loss.png", f"{recipe['name']} training loss")
+        plot_losses(
+            losses,
+            MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR else work_dir / "loss.png",
+            f"{recipe['name']} training loss",
+        )
         write_token_counts(recipe, out_dir, rows.numpy())
-        write_json(out_dir / "loss_curve.json", {
-            "recipe": recipe["name"], "losses": losses, "tokens": int(rows.numel()),
-            "tokens_per_domain": {k: v * recipe["data"]["seq_len"] for k, v in domain_rows(recipe).items()},
-            "train_seconds": round(checkpoint_seconds(ckpt), 1)})
+        write_json(
+            out_dir / "loss_curve.json",
+            {
+                "recipe": recipe["name"],
+                "losses": losses,
+                "tokens": int(rows.numel()),
+                "tokens_per_domain": {k: v * recipe["data"]["seq_len"] for k, v in domain_rows(recipe).items()},
+                "train_seconds": round(checkpoint_seconds(ckpt), 1),
+            },
+        )
     return losses
 
 
@@ -342,8 +369,11 @@ _MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None and any(os.environ.get(k) != v for k, v in _MALLOC_ENV.items()):
-        os.execve(sys.executable, [sys.executable, "-m", "omnidraft.models.train", *sys.argv[1:]],
-                  {**os.environ, **_MALLOC_ENV})
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "omnidraft.models.train", *sys.argv[1:]],
+            {**os.environ, **_MALLOC_ENV},
+        )
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", help="drafter, target, or a path to a recipe JSON")
     ap.add_argument("--resume", action="store_true", help="continue from the last checkpoint (default: start over)")
@@ -352,8 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, help="torch threads (default: the recipe's)")
     ap.add_argument("--install-tokenizers", action="store_true", help="copy converted tokenizers into models/bundled/*")
     ap.add_argument("--export-only", action="store_true", help="export the last checkpoint without training further")
-    ap.add_argument("--count-tokens", action="store_true",
-                    help="only (re)write the bundled folder's token_counts.json from the recipe's training rows")
+    ap.add_argument(
+        "--count-tokens",
+        action="store_true",
+        help="only (re)write the bundled folder's token_counts.json from the recipe's training rows",
+    )
     args = ap.parse_args(argv)
     from omnidraft.errors import OmnidraftError
 
@@ -369,8 +402,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         work = args.work_dir or MODELS_DIR / "checkpoints" / recipe["name"]
         work.mkdir(parents=True, exist_ok=True)
-        train(recipe, work, args.out or BUNDLED_DIR / recipe["name"], resume=args.resume or args.export_only,
-              threads=args.threads, export_only=args.export_only)
+        train(
+            recipe,
+            work,
+            args.out or BUNDLED_DIR / recipe["name"],
+            resume=args.resume or args.export_only,
+            threads=args.threads,
+            export_only=args.export_only,
+        )
     except OmnidraftError as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return 1

@@ -12,8 +12,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 FILE_MODE = 0o644  # mkstemp creates 0600; our files are shared, copied to devices, committed
 

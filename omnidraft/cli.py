@@ -35,8 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
-
 def _quiet_third_party_logs() -> None:
     # torchao (pulled in by transformers) warns about GPU kernels this CPU build cannot load, and
     # torch's pytree warns about its enums; neither concerns a user of the CLI.

@@ -53,7 +53,7 @@ class HeadInfo:
     drafter: DrafterIdentity
     weights_sha256: str
     training: dict
-    vocab_size: int = 0          # size of the per-drafter-token bias (0: none)
+    vocab_size: int = 0  # size of the per-drafter-token bias (0: none)
 
 
 def drafter_identity(folder: str | Path) -> DrafterIdentity:
@@ -64,8 +64,9 @@ def drafter_identity(folder: str | Path) -> DrafterIdentity:
         cfg = json.loads((folder / "config.json").read_text())
         hidden = int(cfg["hidden_size"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelFolderError(f"cannot read the hidden size from {folder / 'config.json'} ({exc}); "
-                               "pass the drafter's Hugging Face folder") from None
+        raise ModelFolderError(
+            f"cannot read the hidden size from {folder / 'config.json'} ({exc}); pass the drafter's Hugging Face folder"
+        ) from None
     single = folder / "model.safetensors"
     if single.is_file():
         return DrafterIdentity(sha256_file(single), hidden)
@@ -73,7 +74,9 @@ def drafter_identity(folder: str | Path) -> DrafterIdentity:
     try:
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
     except (OSError, ValueError, KeyError) as exc:
-        raise ModelFolderError(f"{folder} has no readable model.safetensors ({exc}); pass a complete drafter folder") from None
+        raise ModelFolderError(
+            f"{folder} has no readable model.safetensors ({exc}); pass a complete drafter folder"
+        ) from None
     h = hashlib.sha256()
     for s in shards:
         h.update(s.encode() + b"\0" + sha256_file(folder / s).encode())
@@ -90,22 +93,34 @@ def read_head(path: str | Path) -> HeadInfo:
     folder = head_folder(path)
     meta, weights = folder / HEAD_JSON, folder / HEAD_WEIGHTS
     if not meta.is_file() or not weights.is_file():
-        raise AcceptHeadError(f"{folder} is not an acceptance head (needs {HEAD_JSON} and {HEAD_WEIGHTS}); "
-                              "train one with omnidraft adapt --train-head")
+        raise AcceptHeadError(
+            f"{folder} is not an acceptance head (needs {HEAD_JSON} and {HEAD_WEIGHTS}); "
+            "train one with omnidraft adapt --train-head"
+        )
     try:
         d = json.loads(meta.read_text())
         if d.get("format") != FORMAT or d.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
-        info = HeadInfo(folder, int(d["hidden_size"]), int(d["num_layers"]),
-                        DrafterIdentity(str(d["drafter"]["weights_sha256"]), int(d["drafter"]["hidden_size"])),
-                        str(d["weights_sha256"]), dict(d.get("training", {})), int(d.get("vocab_size", 0)))
+        info = HeadInfo(
+            folder,
+            int(d["hidden_size"]),
+            int(d["num_layers"]),
+            DrafterIdentity(str(d["drafter"]["weights_sha256"]), int(d["drafter"]["hidden_size"])),
+            str(d["weights_sha256"]),
+            dict(d.get("training", {})),
+            int(d.get("vocab_size", 0)),
+        )
         if info.vocab_size < 0:
             raise ValueError(f"vocab_size {info.vocab_size}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise AcceptHeadError(f"{meta} is malformed ({exc}); retrain the head with omnidraft adapt --train-head") from None
+        raise AcceptHeadError(
+            f"{meta} is malformed ({exc}); retrain the head with omnidraft adapt --train-head"
+        ) from None
     if sha256_file(weights) != info.weights_sha256:
-        raise AcceptHeadError(f"{weights} does not match {meta} (sha256 differs): it was truncated or replaced; "
-                              "retrain the head with omnidraft adapt --train-head")
+        raise AcceptHeadError(
+            f"{weights} does not match {meta} (sha256 differs): it was truncated or replaced; "
+            "retrain the head with omnidraft adapt --train-head"
+        )
     return info
 
 
@@ -115,15 +130,29 @@ def check_belongs(info: HeadInfo, drafter: DrafterIdentity, where: str) -> None:
         raise AcceptHeadError(
             f"the acceptance head in {info.folder} belongs to another drafter ({info.drafter.describe()}) "
             f"than {where} ({drafter.describe()}); train a head for this drafter with omnidraft adapt "
-            "--train-head, or export this drafter with its own head (omnidraft export --accept-head HEAD)")
+            "--train-head, or export this drafter with its own head (omnidraft export --accept-head HEAD)"
+        )
 
 
-def head_json(hidden_size: int, num_layers: int, drafter: DrafterIdentity, weights_sha256: str,
-              training: dict | None = None, vocab_size: int = 0) -> dict:
-    return {"format": FORMAT, "version": VERSION, "hidden_size": hidden_size, "num_layers": num_layers,
-            "vocab_size": vocab_size,
-            "drafter": {"weights_sha256": drafter.weights_sha256, "hidden_size": drafter.hidden_size},
-            "weights_file": HEAD_WEIGHTS, "weights_sha256": weights_sha256, "training": training or {}}
+def head_json(
+    hidden_size: int,
+    num_layers: int,
+    drafter: DrafterIdentity,
+    weights_sha256: str,
+    training: dict | None = None,
+    vocab_size: int = 0,
+) -> dict:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "vocab_size": vocab_size,
+        "drafter": {"weights_sha256": drafter.weights_sha256, "hidden_size": drafter.hidden_size},
+        "weights_file": HEAD_WEIGHTS,
+        "weights_sha256": weights_sha256,
+        "training": training or {},
+    }
 
 
 def token_bias_table(meta: dict, vocab_size: int, where: str) -> dict[int, float]:
@@ -133,17 +162,22 @@ def token_bias_table(meta: dict, vocab_size: int, where: str) -> dict[int, float
     try:
         table = {int(k): float(v) for k, v in raw.items()}
     except (AttributeError, TypeError, ValueError):
-        raise AcceptHeadError(f"{where}: accept_head.token_bias is malformed; re-export the drafter with "
-                              "omnidraft export --accept-head HEAD") from None
+        raise AcceptHeadError(
+            f"{where}: accept_head.token_bias is malformed; re-export the drafter with "
+            "omnidraft export --accept-head HEAD"
+        ) from None
     bad = [k for k, v in table.items() if not (0 <= k < vocab_size and math.isfinite(v))]
     if bad:
-        raise AcceptHeadError(f"{where}: accept_head.token_bias has {len(bad)} entries outside the drafter's "
-                              f"{vocab_size} tokens or not finite (first: {bad[0]}); re-export the drafter with "
-                              "omnidraft export --accept-head HEAD")
+        raise AcceptHeadError(
+            f"{where}: accept_head.token_bias has {len(bad)} entries outside the drafter's "
+            f"{vocab_size} tokens or not finite (first: {bad[0]}); re-export the drafter with "
+            "omnidraft export --accept-head HEAD"
+        )
     return table
 
 
 # -- the stopping rule ------------------------------------------------------------------------------
+
 
 def parse_draft_len(text: str | int) -> int | str:
     """``--draft-len``: a positive integer K, or ``auto`` (the acceptance head decides)."""

@@ -21,10 +21,10 @@ from omnidraft.runtime.accept_head import log_sigmoid, observed_targets
 
 @dataclass
 class TokenCalibration:
-    lr: float = 0.5               # logit step per observation (a token is right again within a few rounds)
-    limit: float = 8.0            # |offset| cap: sigmoid(8) = 0.9997, beyond that nothing changes
+    lr: float = 0.5  # logit step per observation (a token is right again within a few rounds)
+    limit: float = 8.0  # |offset| cap: sigmoid(8) = 0.9997, beyond that nothing changes
     offsets: dict[int, float] = field(default_factory=dict)
-    observed: int = 0             # target tokens observed so far
+    observed: int = 0  # target tokens observed so far
 
     def __post_init__(self) -> None:
         if not (self.lr >= 0 and self.limit > 0):

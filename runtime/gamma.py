@@ -96,9 +96,9 @@ def _replay(r: dict, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, 
         m_sub = sum(1 for a, b in spans[t0:] if b <= s)
         drafts.append((d0, s, m_sub))
         if t0 + m_sub >= j or t0 + m_sub + 1 >= m:
-            tokens += min(j, t0 + m_sub) - t0 + 1   # the rejection (or the round's own end) is reached
+            tokens += min(j, t0 + m_sub) - t0 + 1  # the rejection (or the round's own end) is reached
             break
-        tokens += m_sub + 1                          # all accepted + the bonus token
+        tokens += m_sub + 1  # all accepted + the bonus token
         t0 += m_sub + 1
         if spans[t0 - 1] == spans[t0]:
             # The bonus was the first of several target tokens one drafter token spells (a split):
@@ -123,20 +123,20 @@ def _pooled(wins: list[tuple[float, float, float, float]], min_windows: int) -> 
 @dataclass
 class GammaController:
     gamma: float = 0.5
-    k_max: int = 16               # the cap to start from
-    k_limit: int | None = None    # the largest cap it may choose (default: k_max); the KV-cache room
-    window: int = 2               # prompts per decision
-    explore_every: int = 1        # windows between probes of a longer setting, doubled after each
-    max_gap: int = 4              # probe that loses, up to max_gap, and reset by one that wins
+    k_max: int = 16  # the cap to start from
+    k_limit: int | None = None  # the largest cap it may choose (default: k_max); the KV-cache room
+    window: int = 2  # prompts per decision
+    explore_every: int = 1  # windows between probes of a longer setting, doubled after each
+    max_gap: int = 4  # probe that loses, up to max_gap, and reset by one that wins
     lo: float = 0.05
     hi: float = 0.95
-    margin: float = 0.03          # how much faster (pooled) a shorter setting must be to move to it
-    min_windows: int = 3          # windows pooled before moving down
-    horizon: int = 8              # the most recent windows pooled (the drafter and head keep training)
-    allow_off: bool = True        # may turn drafting off (k_max 0) where plain target steps are faster
-    off_margin: float = 0.10      # how much faster (pooled) plain steps must be than every drafting setting
-    off_windows: int = 5          # windows pooled before turning drafting off
-    token_lr: float = 0.5         # per-drafted-token head correction (runtime/accept_online.py); 0: off
+    margin: float = 0.03  # how much faster (pooled) a shorter setting must be to move to it
+    min_windows: int = 3  # windows pooled before moving down
+    horizon: int = 8  # the most recent windows pooled (the drafter and head keep training)
+    allow_off: bool = True  # may turn drafting off (k_max 0) where plain target steps are faster
+    off_margin: float = 0.10  # how much faster (pooled) plain steps must be than every drafting setting
+    off_windows: int = 5  # windows pooled before turning drafting off
+    token_lr: float = 0.5  # per-drafted-token head correction (runtime/accept_online.py); 0: off
     history: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -144,10 +144,14 @@ class GammaController:
             raise InvalidArgument(f"gamma {self.gamma} must lie within [{self.lo}, {self.hi}] for online tuning")
         if self.window < 1 or self.explore_every < 1 or self.max_gap < self.explore_every:
             raise InvalidArgument("gamma tuning needs window >= 1 and 1 <= explore_every <= max_gap")
-        if not (self.margin >= 0 and self.off_margin >= 0 and 2 <= self.min_windows <= self.off_windows <= self.horizon):
-            raise InvalidArgument(f"gamma tuning needs margin, off_margin >= 0 and 2 <= min_windows <= off_windows <= "
-                                  f"horizon (got {self.margin}, {self.off_margin}, {self.min_windows}, "
-                                  f"{self.off_windows}, {self.horizon})")
+        if not (
+            self.margin >= 0 and self.off_margin >= 0 and 2 <= self.min_windows <= self.off_windows <= self.horizon
+        ):
+            raise InvalidArgument(
+                f"gamma tuning needs margin, off_margin >= 0 and 2 <= min_windows <= off_windows <= "
+                f"horizon (got {self.margin}, {self.off_margin}, {self.min_windows}, "
+                f"{self.off_windows}, {self.horizon})"
+            )
         self.k_limit = self.k_max if self.k_limit is None else self.k_limit
         self.calibration = TokenCalibration(self.token_lr)
         if not isinstance(self.k_max, int) or not 1 <= self.k_max <= self.k_limit:
@@ -155,22 +159,22 @@ class GammaController:
         self.gammas = sorted({g for g in GAMMAS if self.lo <= g <= self.hi} | {self.lo, self.hi, self.gamma})
         self.caps = sorted({c for c in CAPS if c < self.k_limit} | {self.k_limit, self.k_max})
         self._fit = [0, 0.0, 0.0, 0.0, 0.0]  # rounds, sum fed, sum seconds, sum fed^2, sum fed*seconds
-        self._plain = [0, 0.0]               # plain target steps, their seconds outside the target
+        self._plain = [0, 0.0]  # plain target steps, their seconds outside the target
         self._reset_window()
         self._since_probe, self._gap = 0, self.explore_every
-        self._cur = (self.gamma, self.k_max)       # the setting kept; (gamma, k_max) is what runs next
-        self._resume = (self.gamma, 1)             # while off: the drafting setting a probe tries
-        self._off_ratio: float | None = None       # pooled plain / fastest drafting setting, last window
+        self._cur = (self.gamma, self.k_max)  # the setting kept; (gamma, k_max) is what runs next
+        self._resume = (self.gamma, 1)  # while off: the drafting setting a probe tries
+        self._off_ratio: float | None = None  # pooled plain / fastest drafting setting, last window
         self._off_pool: list[tuple[float, float, float, float]] = []  # per window: plain vs its fastest draft
-        self._on_totals: dict[tuple[float, int], list[float]] = {}    # drafting candidates' replayed totals
+        self._on_totals: dict[tuple[float, int], list[float]] = {}  # drafting candidates' replayed totals
         # per shorter candidate, per window since the kept setting was chosen: (its replayed tokens,
         # seconds, the kept setting's replayed tokens, seconds)
         self._pool: dict[tuple[float, int], list[tuple[float, float, float, float]]] = {}
 
     def _reset_window(self) -> None:
         self._rounds: list[dict] = []
-        self._other = 0.0             # seconds outside the two models (translation, bookkeeping)
-        self._measured = [0, 0.0]     # tokens, decode seconds of the setting that ran
+        self._other = 0.0  # seconds outside the two models (translation, bookkeeping)
+        self._measured = [0, 0.0]  # tokens, decode seconds of the setting that ran
         self._n = 0
 
     def _candidates(self) -> list[tuple[float, int]]:
@@ -254,7 +258,7 @@ class GammaController:
             acc[1] += sec
         top = max(on, key=lambda c: on[c][0] / on[c][1])
         self._off_pool.append((*replayed[off_key], *on[top]))
-        del self._off_pool[:-self.horizon]
+        del self._off_pool[: -self.horizon]
 
     def _decide(self) -> None:
         ran, cur = (self.gamma, self.k_max), self._cur
@@ -288,7 +292,7 @@ class GammaController:
             for c, ts in replayed.items():
                 if c[1] and c[0] <= cur[0] + 1e-12 and c[1] <= cur[1] and c != cur:
                     self._pool.setdefault(c, []).append((*ts, *base))
-                    del self._pool[c][:-self.horizon]
+                    del self._pool[c][: -self.horizon]
             best, best_ratio = None, 1.0 + self.margin
             for c, wins in self._pool.items():
                 ratio, consistent = _pooled(wins, self.min_windows)
@@ -321,13 +325,20 @@ class GammaController:
                 self._since_probe = 0
                 g, cap = up_g, up_c
         measured = self._measured[0] / self._measured[1] if self._measured[1] > 0 else 0.0
-        self.history.append({"tokens_per_s": round(measured, 3),
-                             "replayed_tokens_per_s": round(rates[ran], 3) if ran in rates else None,
-                             "gamma_was": round(ran[0], 4), "k_max_was": ran[1],
-                             "best": [round(cur[0], 4), cur[1]],
-                             "best_tokens_per_s": round(rates[cur], 3) if cur in rates else None,
-                             "probe": probing, "gamma": round(g, 4), "k_max": cap,
-                             "off_vs_best_drafting": None if self._off_ratio is None else round(self._off_ratio, 4)})
+        self.history.append(
+            {
+                "tokens_per_s": round(measured, 3),
+                "replayed_tokens_per_s": round(rates[ran], 3) if ran in rates else None,
+                "gamma_was": round(ran[0], 4),
+                "k_max_was": ran[1],
+                "best": [round(cur[0], 4), cur[1]],
+                "best_tokens_per_s": round(rates[cur], 3) if cur in rates else None,
+                "probe": probing,
+                "gamma": round(g, 4),
+                "k_max": cap,
+                "off_vs_best_drafting": None if self._off_ratio is None else round(self._off_ratio, 4),
+            }
+        )
         self._cur = cur
         self.gamma, self.k_max = g, cap
         self._reset_window()

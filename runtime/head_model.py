@@ -24,8 +24,18 @@ from pathlib import Path
 import torch
 
 from omnidraft.atomic import atomic_path, write_json
-from omnidraft.runtime.accept_head import (HEAD_JSON, HEAD_WEIGHTS, AcceptHeadError, DrafterIdentity, HeadInfo,
-                                           check_belongs, head_folder, head_json, read_head, sha256_file)
+from omnidraft.runtime.accept_head import (
+    HEAD_JSON,
+    HEAD_WEIGHTS,
+    AcceptHeadError,
+    DrafterIdentity,
+    HeadInfo,
+    check_belongs,
+    head_folder,
+    head_json,
+    read_head,
+    sha256_file,
+)
 
 DEFAULT_LAYERS = 3
 # Initial output bias: sigmoid(2) = 0.88, so an untrained head lets drafting run for a few tokens
@@ -82,12 +92,18 @@ def save_head(head: AcceptHead, folder: str | Path, drafter: DrafterIdentity, tr
     state = {k: v.detach().contiguous().clone() for k, v in head.state_dict().items()}
     with atomic_path(folder / HEAD_WEIGHTS) as tmp:
         save_file(state, str(tmp))
-    write_json(folder / HEAD_JSON, head_json(head.hidden_size, head.num_layers, drafter,
-                                             sha256_file(folder / HEAD_WEIGHTS), training, head.vocab_size))
+    write_json(
+        folder / HEAD_JSON,
+        head_json(
+            head.hidden_size, head.num_layers, drafter, sha256_file(folder / HEAD_WEIGHTS), training, head.vocab_size
+        ),
+    )
     return folder
 
 
-def load_head(path: str | Path, drafter: DrafterIdentity | None = None, where: str = "the drafter") -> tuple[AcceptHead, HeadInfo]:
+def load_head(
+    path: str | Path, drafter: DrafterIdentity | None = None, where: str = "the drafter"
+) -> tuple[AcceptHead, HeadInfo]:
     """Load a head (safetensors only), refusing one that belongs to another drafter."""
     from safetensors.torch import load_file
 
@@ -98,8 +114,10 @@ def load_head(path: str | Path, drafter: DrafterIdentity | None = None, where: s
     try:
         head.load_state_dict(load_file(str(head_folder(path) / HEAD_WEIGHTS)))
     except (RuntimeError, OSError, ValueError) as exc:
-        raise AcceptHeadError(f"{info.folder / HEAD_WEIGHTS} does not fit its {HEAD_JSON} "
-                              f"({str(exc).splitlines()[0][:200]}); retrain the head with omnidraft adapt --train-head") from None
+        raise AcceptHeadError(
+            f"{info.folder / HEAD_WEIGHTS} does not fit its {HEAD_JSON} "
+            f"({str(exc).splitlines()[0][:200]}); retrain the head with omnidraft adapt --train-head"
+        ) from None
     return head.eval(), info
 
 

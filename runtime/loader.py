@@ -22,7 +22,7 @@ class LoadedModel:
     codec: TokenCodec
     eos_ids: frozenset[int]
     path: Path
-    source: str                      # "hf" | "onnx" | "executorch"
+    source: str  # "hf" | "onnx" | "executorch"
     info: dict = field(default_factory=dict)
 
 
@@ -51,12 +51,19 @@ def check_hf_folder(folder: Path) -> None:
     if not any((folder / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
         missing.append("model.safetensors")
     if missing:
-        raise ModelFolderError(f"model folder {folder} is incomplete: missing {', '.join(missing)} "
-                               "(a model folder needs config.json, model.safetensors and tokenizer.json)")
+        raise ModelFolderError(
+            f"model folder {folder} is incomplete: missing {', '.join(missing)} "
+            "(a model folder needs config.json, model.safetensors and tokenizer.json)"
+        )
 
 
-def load_model(path: str | Path, max_seq_len: int | None = None, accept_head: str | Path | None = None,
-               threads: int | None = None, spin: bool = False) -> LoadedModel:
+def load_model(
+    path: str | Path,
+    max_seq_len: int | None = None,
+    accept_head: str | Path | None = None,
+    threads: int | None = None,
+    spin: bool = False,
+) -> LoadedModel:
     """``accept_head``: an acceptance-head folder to attach to a Hugging Face drafter (one saved in
     the drafter's own folder, head.json + head.safetensors, is attached without asking).
     ``threads``: intra-op threads of an ONNX Runtime session (None: its default, every core); ``spin``:
@@ -64,11 +71,15 @@ def load_model(path: str | Path, max_seq_len: int | None = None, accept_head: st
     folder = Path(path)
     if (folder / "manifest.json").is_file():
         if accept_head is not None:
-            raise InvalidArgument(f"{folder} is an export folder: its acceptance head is part of the graph; "
-                                  f"re-export the drafter with omnidraft export --accept-head {accept_head}")
+            raise InvalidArgument(
+                f"{folder} is an export folder: its acceptance head is part of the graph; "
+                f"re-export the drafter with omnidraft export --accept-head {accept_head}"
+            )
         return _load_export(folder, threads, spin)
     if folder.is_dir() and (any(folder.glob("*.pte")) or any(folder.glob("*.onnx"))):
-        raise ManifestError(f"{folder} holds an exported model but no manifest.json; re-export it with `omnidraft export`")
+        raise ManifestError(
+            f"{folder} holds an exported model but no manifest.json; re-export it with `omnidraft export`"
+        )
     check_hf_folder(folder)
     codec = load_codec(folder / "tokenizer.json")
     from omnidraft.runtime.backends.torch_eager import TorchEagerBackend  # torch only on this path
@@ -110,6 +121,11 @@ def _load_export(folder: Path, threads: int | None = None, spin: bool = False) -
     eos = set(getattr(manifest, "eos_token_ids", ()) or ()) or set(codec.eos_ids)
     # None for exports older than the verify-vs-decode measurement (export/parity.py).
     row_stable = (manifest.parity.get("batch_invariance") or {}).get("row_stable")
-    return LoadedModel(backend, codec, frozenset(eos), folder, manifest.format,
-                       {"quant": manifest.quant, "row_stable": row_stable,
-                        "draft_vocab": manifest.draft_vocab.get("size")})
+    return LoadedModel(
+        backend,
+        codec,
+        frozenset(eos),
+        folder,
+        manifest.format,
+        {"quant": manifest.quant, "row_stable": row_stable, "draft_vocab": manifest.draft_vocab.get("size")},
+    )

@@ -20,17 +20,17 @@ SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class Manifest:
-    format: str                      # "onnx" | "executorch"
-    quant: str                       # "fp32" | "int8" | "int4" | "8da4w" | "8da8w"
-    architecture: str                # e.g. "LlamaForCausalLM"
+    format: str  # "onnx" | "executorch"
+    quant: str  # "fp32" | "int8" | "int4" | "8da4w" | "8da8w"
+    architecture: str  # e.g. "LlamaForCausalLM"
     vocab_size: int
-    max_seq_len: int                 # positions the runtime may hold in its KV cache
+    max_seq_len: int  # positions the runtime may hold in its KV cache
     num_layers: int
     num_kv_heads: int
     head_dim: int
     inputs: list[str]
     outputs: list[str]
-    artifact_file: str               # file name inside the export folder
+    artifact_file: str  # file name inside the export folder
     artifact_sha256: str
     artifact_bytes: int
     tokenizer_file: str
@@ -40,9 +40,9 @@ class Manifest:
     eos_token_ids: list[int]
     bos_token_id: int | None
     parity: dict[str, Any]
-    export_command: str              # how to rebuild this folder (quoted in errors)
+    export_command: str  # how to rebuild this folder (quoted in errors)
     embedding_quant: str = "none"
-    exporter: str = ""               # which lowering path produced the artifact
+    exporter: str = ""  # which lowering path produced the artifact
     source_model: str = ""
     skipped_layers: list[str] = field(default_factory=list)
     accept_head: dict[str, Any] = field(default_factory=dict)  # head.json of an in-graph acceptance head
@@ -81,8 +81,10 @@ def manifest_from_dict(data: dict[str, Any], where: str = MANIFEST_FILE) -> Mani
     if missing:
         raise ManifestError(f"{where} lacks required keys {missing}; re-export the model with `omnidraft export`")
     if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise ManifestError(f"{where} has schema version {data.get('schema_version')}, this omnidraft reads "
-                            f"{SCHEMA_VERSION}; re-export the model with this version's `omnidraft export`")
+        raise ManifestError(
+            f"{where} has schema version {data.get('schema_version')}, this omnidraft reads "
+            f"{SCHEMA_VERSION}; re-export the model with this version's `omnidraft export`"
+        )
     known = {f.name for f in fields(Manifest)}
     try:
         m = Manifest(**{k: v for k, v in data.items() if k in known})
@@ -105,8 +107,10 @@ def load_manifest(export_dir: str | Path, verify: bool = True) -> Manifest:
     if not export_dir.is_dir():
         raise ModelFolderError(f"export folder {export_dir} does not exist; create it with `omnidraft export`")
     if not path.is_file():
-        raise ManifestError(f"{export_dir} has no {MANIFEST_FILE}; it is not an export folder — "
-                            "create one with `omnidraft export --model HF_FOLDER --format ... --out DIR`")
+        raise ManifestError(
+            f"{export_dir} has no {MANIFEST_FILE}; it is not an export folder — "
+            "create one with `omnidraft export --model HF_FOLDER --format ... --out DIR`"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -121,15 +125,19 @@ def load_manifest(export_dir: str | Path, verify: bool = True) -> Manifest:
 def _check_file(export_dir: Path, name: str, expected: str, what: str, m: Manifest) -> None:
     p = export_dir / name
     if Path(name).name != name:
-        raise ManifestError(f"{export_dir / MANIFEST_FILE} names {what} {name!r} outside the folder; "
-                            f"re-export with `{m.export_command}`")
+        raise ManifestError(
+            f"{export_dir / MANIFEST_FILE} names {what} {name!r} outside the folder; "
+            f"re-export with `{m.export_command}`"
+        )
     if not p.is_file():
         raise ManifestError(f"{what} file {p} listed in the manifest is missing; re-export with `{m.export_command}`")
     got = sha256_file(p)
     if got != expected:
-        raise ManifestError(f"{what} file {p} does not match its manifest (sha256 {got[:12]}… != "
-                            f"{expected[:12]}…): it was truncated, corrupted or replaced; "
-                            f"re-export with `{m.export_command}`")
+        raise ManifestError(
+            f"{what} file {p} does not match its manifest (sha256 {got[:12]}… != "
+            f"{expected[:12]}…): it was truncated, corrupted or replaced; "
+            f"re-export with `{m.export_command}`"
+        )
 
 
 def write_manifest(export_dir: str | Path, manifest: Manifest) -> Path:

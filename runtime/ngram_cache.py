@@ -34,10 +34,18 @@ def _entries_checksum(entries: list) -> str:
 
 
 class NgramCache:
-    def __init__(self, drafter_tokenizer: str, target_tokenizer: str, drafter_width: int,
-                 capacity: int | None = None, policy: str = "lfu") -> None:
+    def __init__(
+        self,
+        drafter_tokenizer: str,
+        target_tokenizer: str,
+        drafter_width: int,
+        capacity: int | None = None,
+        policy: str = "lfu",
+    ) -> None:
         if capacity is not None and capacity < 1:
-            raise InvalidArgument(f"n-gram cache capacity must be >= 1 (got {capacity}); omit it for an unbounded cache")
+            raise InvalidArgument(
+                f"n-gram cache capacity must be >= 1 (got {capacity}); omit it for an unbounded cache"
+            )
         if policy not in POLICIES:
             raise InvalidArgument(f"unknown eviction policy {policy!r}; choose one of {', '.join(POLICIES)}")
         self.drafter_tokenizer = drafter_tokenizer
@@ -136,9 +144,17 @@ class NgramCache:
     # -- persistence -------------------------------------------------------------------------
     def _serialise(self) -> bytes:
         entries = [[list(k), e[0], e[1], e[2], e[3]] for k, e in self._entries.items()]
-        doc = {"format": FORMAT, "version": VERSION, "drafter_tokenizer": self.drafter_tokenizer,
-               "target_tokenizer": self.target_tokenizer, "capacity": self.capacity, "policy": self.policy,
-               "clock": self.clock, "entries": entries, "checksum": _entries_checksum(entries)}
+        doc = {
+            "format": FORMAT,
+            "version": VERSION,
+            "drafter_tokenizer": self.drafter_tokenizer,
+            "target_tokenizer": self.target_tokenizer,
+            "capacity": self.capacity,
+            "policy": self.policy,
+            "clock": self.clock,
+            "entries": entries,
+            "checksum": _entries_checksum(entries),
+        }
         return json.dumps(doc, separators=(",", ":")).encode()
 
     def save(self, path: str | Path) -> None:
@@ -146,8 +162,16 @@ class NgramCache:
         write_bytes(path, self._serialise())
 
     @classmethod
-    def load(cls, path: str | Path, drafter_tokenizer: str, target_tokenizer: str, drafter_width: int,
-             target_width: int, capacity: int | None = None, policy: str | None = None) -> "NgramCache":
+    def load(
+        cls,
+        path: str | Path,
+        drafter_tokenizer: str,
+        target_tokenizer: str,
+        drafter_width: int,
+        target_width: int,
+        capacity: int | None = None,
+        policy: str | None = None,
+    ) -> NgramCache:
         """Load a cache saved for exactly this (drafter, target) tokenizer pair."""
         path = Path(path)
         hint = "delete it to start a fresh cache"
@@ -158,8 +182,10 @@ class NgramCache:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
             raise CacheFileError(f"{path} is not an omnidraft n-gram cache (format {FORMAT} v{VERSION}); {hint}")
         if doc.get("drafter_tokenizer") != drafter_tokenizer or doc.get("target_tokenizer") != target_tokenizer:
-            raise CacheFileError(f"n-gram cache {path} was built for another drafter/target tokenizer pair; "
-                                 f"use the cache of this pair or {hint}")
+            raise CacheFileError(
+                f"n-gram cache {path} was built for another drafter/target tokenizer pair; "
+                f"use the cache of this pair or {hint}"
+            )
         entries = doc.get("entries")
         if not isinstance(entries, list) or doc.get("checksum") != _entries_checksum(entries):
             raise CacheFileError(f"n-gram cache {path} is corrupted (checksum mismatch); {hint}")

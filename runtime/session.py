@@ -11,18 +11,26 @@ from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import SpeculativeDecoder
 
 
-def open_pair(target: Path, drafter: Path | None, cache_path: Path | None = None,
-              cache_capacity: int | None = None, policy: str = "lfu",
-              accept_head: Path | None = None) -> SpeculativeDecoder:
+def open_pair(
+    target: Path,
+    drafter: Path | None,
+    cache_path: Path | None = None,
+    cache_capacity: int | None = None,
+    policy: str = "lfu",
+    accept_head: Path | None = None,
+) -> SpeculativeDecoder:
     drf = None if drafter is None else load_model(drafter, accept_head=accept_head, threads=DRAFTER_THREADS)
     # The target's pool may spin while a one-thread ONNX Runtime drafter (or nothing) runs beside it.
     tgt = load_model(target, spin=drf is None or drf.source == "onnx")
     if drf is None:
         return SpeculativeDecoder(tgt)
     if tgt.info.get("row_stable") is False:
-        print(f"note: the target {target} is not row-stable (its manifest's parity.batch_invariance): "
-              "speculative greedy output can differ from target-only at near-tied tokens; for exact output "
-              "re-export it with --format onnx, or --et-path static or --quant fp32 for a .pte", file=sys.stderr)
+        print(
+            f"note: the target {target} is not row-stable (its manifest's parity.batch_invariance): "
+            "speculative greedy output can differ from target-only at near-tied tokens; for exact output "
+            "re-export it with --format onnx, or --et-path static or --quant fp32 for a .pte",
+            file=sys.stderr,
+        )
     args = (drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size)
     if cache_path is not None and Path(cache_path).is_file():
         cache = NgramCache.load(cache_path, *args, tgt.backend.vocab_size, capacity=cache_capacity, policy=policy)

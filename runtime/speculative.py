@@ -10,8 +10,8 @@ numpy and the runtime's own small modules, nothing else.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -21,8 +21,14 @@ from omnidraft.runtime.backends.base import has_accept_head, last_row, last_row_
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.sampling import draw, masked_argmax, residual, softmax
-from omnidraft.runtime.translate import (DrafterContext, Translation, harvest_ngrams, proposal_prob, q_prime_full,
-                                         translate)
+from omnidraft.runtime.translate import (
+    DrafterContext,
+    Translation,
+    harvest_ngrams,
+    proposal_prob,
+    q_prime_full,
+    translate,
+)
 from omnidraft.runtime.vocab import VocabMap, build_vocab_map
 
 MODES = ("ngram", "dm", "target-only")
@@ -32,14 +38,14 @@ MODES = ("ngram", "dm", "target-only")
 class DecodeConfig:
     max_new_tokens: int = 64
     temperature: float = 0.0
-    draft_len: int | str = 4      # K, or "auto": the drafter's acceptance head decides (issue #6)
+    draft_len: int | str = 4  # K, or "auto": the drafter's acceptance head decides (issue #6)
     mode: str = "ngram"
     seed: int = 0
     lookbehind: int = 8
-    gamma: float = 0.5            # auto: stop once P(some drafted token is rejected) > gamma
-    max_draft_len: int = 16       # auto: K_max
-    splits: bool = True           # ngram mode, greedy: draft unmapped tokens the target spells with several
-    speculate: bool = True        # False: plain target steps (runtime.gamma turns drafting off where it loses)
+    gamma: float = 0.5  # auto: stop once P(some drafted token is rejected) > gamma
+    max_draft_len: int = 16  # auto: K_max
+    splits: bool = True  # ngram mode, greedy: draft unmapped tokens the target spells with several
+    speculate: bool = True  # False: plain target steps (runtime.gamma turns drafting off where it loses)
     # auto: logit offsets per drafted token, learned online from past verifications (runtime.accept_online)
     accept_offsets: dict[int, float] | None = None
 
@@ -68,13 +74,13 @@ class DecodeConfig:
 
 @dataclass
 class DecodeStats:
-    steps: int = 0            # target calls
-    proposed: int = 0         # translated target tokens sent for verification
+    steps: int = 0  # target calls
+    proposed: int = 0  # translated target tokens sent for verification
     accepted: int = 0
     ngram_proposed: int = 0
-    ngram_hits: int = 0       # merged n-gram tokens the target accepted
+    ngram_hits: int = 0  # merged n-gram tokens the target accepted
     ngram_added: int = 0
-    split_proposed: int = 0   # target tokens proposed through a split drafter token
+    split_proposed: int = 0  # target tokens proposed through a split drafter token
     split_accepted: int = 0
     drafter_calls: int = 0
     new_tokens: int = 0
@@ -113,17 +119,21 @@ class DecodeResult:
 class SpeculativeDecoder:
     """A drafter/target pair with its direct map and (optional) n-gram cache."""
 
-    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None,
-                 cache: NgramCache | None = None) -> None:
+    def __init__(
+        self, target: LoadedModel, drafter: LoadedModel | None = None, cache: NgramCache | None = None
+    ) -> None:
         if target.info.get("draft_vocab"):
-            raise InvalidArgument(f"{target.path} is a drafter export whose output layer keeps only "
-                                  f"{target.info['draft_vocab']} tokens (--draft-vocab); a target must score every "
-                                  "token: re-export it without --draft-vocab")
+            raise InvalidArgument(
+                f"{target.path} is a drafter export whose output layer keeps only "
+                f"{target.info['draft_vocab']} tokens (--draft-vocab); a target must score every "
+                "token: re-export it without --draft-vocab"
+            )
         self.target, self.drafter, self.cache = target, drafter, cache
         self.vocab: VocabMap | None = None
         if drafter is not None:
-            self.vocab = build_vocab_map(drafter.codec, target.codec, drafter.backend.vocab_size,
-                                         target.backend.vocab_size)
+            self.vocab = build_vocab_map(
+                drafter.codec, target.codec, drafter.backend.vocab_size, target.backend.vocab_size
+            )
         self._mask_key: tuple | None = None
         self._mask: np.ndarray | None = None
 
@@ -140,9 +150,14 @@ class SpeculativeDecoder:
             self._mask, self._mask_key = mask, key
         return self._mask
 
-    def generate(self, prompt: str, cfg: DecodeConfig, on_text: Callable[[str], None] | None = None,
-                 trace: bool = False, on_verified: Callable[[list[int], np.ndarray], None] | None = None
-                 ) -> DecodeResult:
+    def generate(
+        self,
+        prompt: str,
+        cfg: DecodeConfig,
+        on_text: Callable[[str], None] | None = None,
+        trace: bool = False,
+        on_verified: Callable[[list[int], np.ndarray], None] | None = None,
+    ) -> DecodeResult:
         """Decode ``prompt``. ``on_verified(tokens, logits)`` receives each round's committed target
         tokens with the target logits rows they were accepted or drawn from (row i scores token i), so
         online distillation reuses the verification passes instead of calling the target again."""
@@ -153,17 +168,24 @@ class SpeculativeDecoder:
         ctx_p = list(tgt.codec.start_ids) + tgt.codec.encode(prompt)
         need = len(ctx_p) + cfg.max_new_tokens + cfg.k_max + 1
         if need > tgt.backend.max_seq_len:
-            raise ContextOverflow(f"prompt ({len(ctx_p)} target tokens) + {cfg.max_new_tokens} new tokens + draft "
-                                  f"{cfg.k_max} needs {need} positions but the target holds {tgt.backend.max_seq_len}; "
-                                  "shorten the prompt or lower --max-new-tokens")
+            raise ContextOverflow(
+                f"prompt ({len(ctx_p)} target tokens) + {cfg.max_new_tokens} new tokens + draft "
+                f"{cfg.k_max} needs {need} positions but the target holds {tgt.backend.max_seq_len}; "
+                "shorten the prompt or lower --max-new-tokens"
+            )
         if cfg.mode != "target-only" and self.drafter is None:
             raise InvalidArgument(f"mode {cfg.mode!r} needs a drafter; pass --drafter or use --mode target-only")
         if cfg.adaptive and cfg.mode != "target-only" and not has_accept_head(self.drafter.backend):
             be = self.drafter.backend.name
-            why = ("ExecuTorch drafters do not carry an acceptance head yet; use an ONNX or Hugging Face drafter, "
-                   "or a fixed --draft-len K" if be == "executorch" else NO_HEAD_FIX)
-            raise InvalidArgument(f"--draft-len auto needs a drafter with an acceptance head, and {self.drafter.path} "
-                                  f"has none; {why}")
+            why = (
+                "ExecuTorch drafters do not carry an acceptance head yet; use an ONNX or Hugging Face drafter, "
+                "or a fixed --draft-len K"
+                if be == "executorch"
+                else NO_HEAD_FIX
+            )
+            raise InvalidArgument(
+                f"--draft-len auto needs a drafter with an acceptance head, and {self.drafter.path} has none; {why}"
+            )
         run = _Run(self, prompt, ctx_p, cfg, on_text, trace)
         run.on_verified = on_verified
         return run.target_only() if cfg.mode == "target-only" or not cfg.speculate else run.speculative()
@@ -172,8 +194,15 @@ class SpeculativeDecoder:
 class _Run:
     """State of one generation (contexts, rng, stats)."""
 
-    def __init__(self, dec: SpeculativeDecoder, prompt: str, ctx_p: list[int], cfg: DecodeConfig,
-                 on_text: Callable[[str], None] | None, trace: bool) -> None:
+    def __init__(
+        self,
+        dec: SpeculativeDecoder,
+        prompt: str,
+        ctx_p: list[int],
+        cfg: DecodeConfig,
+        on_text: Callable[[str], None] | None,
+        trace: bool,
+    ) -> None:
         self.dec, self.prompt, self.cfg, self.ctx_p, self.on_text = dec, prompt, cfg, ctx_p, on_text
         self.n_prompt = len(ctx_p)
         self.greedy = cfg.temperature == 0
@@ -222,22 +251,23 @@ class _Run:
         if self.on_text is not None:
             text = self.text_out.decode("utf-8", errors="ignore")
             if len(text) > self.emitted:
-                self.on_text(text[self.emitted:])
+                self.on_text(text[self.emitted :])
                 self.emitted = len(text)
         return new
 
     def _result(self, t_start: float) -> DecodeResult:
         self.stats.new_tokens = len(self.ctx_p) - self.n_prompt
         self.stats.seconds = time.perf_counter() - t_start
-        return DecodeResult(self.text_out.decode("utf-8", errors="replace"), self.ctx_p[self.n_prompt:],
-                            self.stats, self.rounds or [])
+        return DecodeResult(
+            self.text_out.decode("utf-8", errors="replace"), self.ctx_p[self.n_prompt :], self.stats, self.rounds or []
+        )
 
     def target_only(self) -> DecodeResult:
         t_start = time.perf_counter()
         self._prefill()
         be = self.dec.target.backend
         while not self.done:
-            logits = self._target(self.ctx_p[be.cached_len:])[-1]
+            logits = self._target(self.ctx_p[be.cached_len :])[-1]
             new = self._commit([self._pick(logits)])
             if self.on_verified is not None and new:
                 self.on_verified(new, logits[None, :])
@@ -249,8 +279,10 @@ class _Run:
         cache = dec.cache if cfg.mode == "ngram" else None
         dctx = DrafterContext(dec.drafter.codec, self.prompt, cfg.lookbehind)
         if len(dctx.ids) >= drf.max_seq_len:
-            raise ContextOverflow(f"the prompt is {len(dctx.ids)} drafter tokens but the drafter holds "
-                                  f"{drf.max_seq_len}; shorten the prompt")
+            raise ContextOverflow(
+                f"the prompt is {len(dctx.ids)} drafter tokens but the drafter holds "
+                f"{drf.max_seq_len}; shorten the prompt"
+            )
         drf.reset()
         t_start = time.perf_counter()
         self._prefill()
@@ -267,7 +299,7 @@ class _Run:
             offsets = cfg.accept_offsets or {}
             ids_q = dctx.ids
             k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
-            feed, draft, q_rows, uniforms, log_acc, acc_p = ids_q[drf.cached_len:], [], [], [], 0.0, []
+            feed, draft, q_rows, uniforms, log_acc, acc_p = ids_q[drf.cached_len :], [], [], [], 0.0, []
             t0 = t_call = time.perf_counter()
             call_seconds = []  # per drafter call: the gamma controller replays shorter drafts from these
             for _ in range(k):
@@ -290,8 +322,14 @@ class _Run:
                 t_next = time.perf_counter()
                 call_seconds.append(t_next - t_call)
                 t_call = t_next
-                if cfg.adaptive and len(draft) < k and rejection_prob(log_acc) > cfg.gamma and may_stop(
-                        translate(draft, vocab, cache, cfg.uses_splits).spans, len(draft), cache.max_len if cache else 1):
+                if (
+                    cfg.adaptive
+                    and len(draft) < k
+                    and rejection_prob(log_acc) > cfg.gamma
+                    and may_stop(
+                        translate(draft, vocab, cache, cfg.uses_splits).spans, len(draft), cache.max_len if cache else 1
+                    )
+                ):
                     break
             st.drafter_seconds += time.perf_counter() - t0
             st.drafter_calls += len(draft)
@@ -301,16 +339,18 @@ class _Run:
             #    tighter cap (8 tokens) cost adapted code 10 % decode speed: long runs are mostly accepted.
             tr = translate(draft, vocab, cache, cfg.uses_splits)
             if cfg.uses_splits:
-                room = max(0, min(tgt.max_seq_len - len(self.ctx_p),
-                                  cfg.max_new_tokens - (len(self.ctx_p) - self.n_prompt)) - 1)
+                room = max(
+                    0,
+                    min(tgt.max_seq_len - len(self.ctx_p), cfg.max_new_tokens - (len(self.ctx_p) - self.n_prompt)) - 1,
+                )
                 if len(tr) > room:
                     tr = Translation(tr.target_ids[:room], tr.spans[:room], tr.keys[:room])
             m = len(tr)
             # 3) Verify all m with one target call; rows[j] scores tr[j], rows[m] the bonus position.
             n_ctx = len(self.ctx_p)
-            fed = self.ctx_p[tgt.cached_len:] + tr.target_ids
+            fed = self.ctx_p[tgt.cached_len :] + tr.target_ids
             t_verify = st.target_seconds
-            rows = self._target(fed)[-(m + 1):]
+            rows = self._target(fed)[-(m + 1) :]
             t_verify = st.target_seconds - t_verify
             # 4) Accept while the target agrees; then a correction (residual) or a bonus token.
             j = 0
@@ -339,8 +379,10 @@ class _Run:
             st.ngram_proposed += sum(key is not None for key in tr.keys)
             st.ngram_hits += len(hits)
             if cfg.uses_splits:
-                split = [bool(b - a == 1 and tr.keys[i] is None and vocab.d2t[draft[a]] < 0)
-                         for i, (a, b) in enumerate(tr.spans)]
+                split = [
+                    bool(b - a == 1 and tr.keys[i] is None and vocab.d2t[draft[a]] < 0)
+                    for i, (a, b) in enumerate(tr.spans)
+                ]
                 st.split_proposed += sum(split)
                 st.split_accepted += sum(split[:j])
             new = self._commit(tr.target_ids[:j] + [extra])
@@ -367,10 +409,23 @@ class _Run:
                 lcp += 1
             drf.rollback(lcp)
             if self.rounds is not None:
-                self.rounds.append({"draft": draft, "target_ids": tr.target_ids, "spans": tr.spans,
-                                    "merged": [k is not None for k in tr.keys], "accepted": j, "extra": extra,
-                                    "committed": new, "uniforms": uniforms, "ngram_added": added,
-                                    "drafter_cache_kept": lcp, "context": ids_q, "accept_logits": acc_p,
-                                    "drafter_call_seconds": call_seconds, "target_fed": len(fed),
-                                    "target_seconds": t_verify})
+                self.rounds.append(
+                    {
+                        "draft": draft,
+                        "target_ids": tr.target_ids,
+                        "spans": tr.spans,
+                        "merged": [k is not None for k in tr.keys],
+                        "accepted": j,
+                        "extra": extra,
+                        "committed": new,
+                        "uniforms": uniforms,
+                        "ngram_added": added,
+                        "drafter_cache_kept": lcp,
+                        "context": ids_q,
+                        "accept_logits": acc_p,
+                        "drafter_call_seconds": call_seconds,
+                        "target_fed": len(fed),
+                        "target_seconds": t_verify,
+                    }
+                )
         return self._result(t_start)

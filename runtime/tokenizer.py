@@ -56,11 +56,11 @@ class TokenCodec:
 
     path: Path
     tokenizer: Tokenizer
-    kind: str                      # "byte-level" | "sentencepiece"
-    token_bytes: list[bytes]       # spelling of each id; b"" for special tokens
+    kind: str  # "byte-level" | "sentencepiece"
+    token_bytes: list[bytes]  # spelling of each id; b"" for special tokens
     special: frozenset[int]
     byte_fallback: frozenset[int]  # SentencePiece <0xNN> ids
-    prepends_space: bool           # encode("x") spells " x" (Llama-2 legacy behaviour)
+    prepends_space: bool  # encode("x") spells " x" (Llama-2 legacy behaviour)
     sha256: str
     start_ids: tuple[int, ...] = ()  # special ids the tokenizer's template puts before a document (e.g. <s>)
     eos_ids: frozenset[int] = field(default_factory=frozenset)
@@ -116,11 +116,15 @@ def _token_bytes_table(tok: Tokenizer, spec: dict) -> tuple[list[bytes], set[int
     size = max(vocab.values()) + 1
     special = {int(i) for i, t in tok.get_added_tokens_decoder().items() if t.special}
     model = spec.get("model", {})
-    byte_level = _has_component(spec.get("pre_tokenizer"), "ByteLevel") or _has_component(spec.get("decoder"), "ByteLevel")
+    byte_level = _has_component(spec.get("pre_tokenizer"), "ByteLevel") or _has_component(
+        spec.get("decoder"), "ByteLevel"
+    )
     kind = "byte-level" if byte_level else "sentencepiece"
     if model.get("type") != "BPE":
-        raise TokenizerError(f"unsupported tokenizer model {model.get('type')!r}: omnidraft handles BPE tokenizers "
-                             "(byte-level like GPT-2/Llama-3/Qwen2, or SentencePiece-BPE like Llama-2)")
+        raise TokenizerError(
+            f"unsupported tokenizer model {model.get('type')!r}: omnidraft handles BPE tokenizers "
+            "(byte-level like GPT-2/Llama-3/Qwen2, or SentencePiece-BPE like Llama-2)"
+        )
     table = [b""] * size
     fallback: set[int] = set()
     dec = _byte_decoder()
@@ -161,11 +165,28 @@ def _load_cached(path: str, mtime_ns: int) -> TokenCodec:
     probe = tok.encode("x", add_special_tokens=False).ids
     prepends = b"".join(table[i] for i in probe) == b" x"
     with_template = tok.encode("x", add_special_tokens=True).ids
-    start = tuple(with_template[: max(0, len(with_template) - len(probe))]) if with_template[-len(probe):] == probe else ()
-    eos = {i for i in (_special_id(tok, (n,)) for n in ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "<|eot_id|>")) if i is not None}
-    return TokenCodec(path=p, tokenizer=tok, kind=kind, token_bytes=table, special=frozenset(special),
-                      byte_fallback=frozenset(fallback), prepends_space=prepends,
-                      sha256=hashlib.sha256(raw).hexdigest(), start_ids=start, eos_ids=frozenset(eos))
+    start = (
+        tuple(with_template[: max(0, len(with_template) - len(probe))]) if with_template[-len(probe) :] == probe else ()
+    )
+    eos = {
+        i
+        for i in (
+            _special_id(tok, (n,)) for n in ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "<|eot_id|>")
+        )
+        if i is not None
+    }
+    return TokenCodec(
+        path=p,
+        tokenizer=tok,
+        kind=kind,
+        token_bytes=table,
+        special=frozenset(special),
+        byte_fallback=frozenset(fallback),
+        prepends_space=prepends,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        start_ids=start,
+        eos_ids=frozenset(eos),
+    )
 
 
 def load_codec(path: str | Path) -> TokenCodec:

@@ -42,7 +42,7 @@ def translate(draft: list[int], vocab: VocabMap, cache: NgramCache | None, split
         hit = None
         if cache is not None and len(cache):
             for n in range(min(cache.max_len, k - i), 0, -1):
-                key = tuple(draft[i:i + n])
+                key = tuple(draft[i : i + n])
                 t = cache.get(key)
                 if t is not None:
                     hit = (n, t, key)
@@ -85,8 +85,9 @@ def proposal_prob(j: int, tr: Translation, draft: list[int], q_rows: list[np.nda
     return prod + (float(q_rows[i0][alias]) if alias >= 0 and alias != draft[i0] else 0.0)
 
 
-def q_prime_full(j: int, tr: Translation, draft: list[int], q_rows: list[np.ndarray], vocab: VocabMap,
-                 target_width: int) -> np.ndarray:
+def q_prime_full(
+    j: int, tr: Translation, draft: list[int], q_rows: list[np.ndarray], vocab: VocabMap, target_width: int
+) -> np.ndarray:
     """q' over the whole target vocabulary at translated position j (Eq. 2).
 
     Direct-mapped tokens carry their drafter probability, unmapped target tokens 0. For a merged
@@ -99,7 +100,9 @@ def q_prime_full(j: int, tr: Translation, draft: list[int], q_rows: list[np.ndar
     full = vocab.lift(q, target_width)
     if tr.keys[j] is not None:
         t = tr.target_ids[j]
-        prod = proposal_prob(j, tr, draft, q_rows, vocab) - (full[t] if vocab.t2d[t] >= 0 and vocab.t2d[t] != draft[i0] else 0.0)
+        prod = proposal_prob(j, tr, draft, q_rows, vocab) - (
+            full[t] if vocab.t2d[t] >= 0 and vocab.t2d[t] != draft[i0] else 0.0
+        )
         full[t] += prod
         prefix_t = vocab.d2t[draft[i0]]
         if prefix_t >= 0:
@@ -151,7 +154,7 @@ class DrafterContext:
         end = len(self.text)
         while end > self.valid_end:
             try:
-                self.text[self.valid_end:end].decode("utf-8")
+                self.text[self.valid_end : end].decode("utf-8")
                 break
             except UnicodeDecodeError:
                 end -= 1  # an unfinished multi-byte character waits for the next tokens
@@ -161,8 +164,10 @@ class DrafterContext:
         w = self._char_boundary(max(0, len(self.tokens) - self.lookbehind))
         # Prefer a window starting at a word or line boundary: re-tokenization is stable there.
         for cand in range(w, max(-1, w - 3 * self.lookbehind), -1):
-            if cand == 0 or (self._at_char_start(cand) and (tb[self.tokens[cand]][:1] in (b" ", b"\n")
-                                                            or tb[self.tokens[cand - 1]][-1:] == b"\n")):
+            if cand == 0 or (
+                self._at_char_start(cand)
+                and (tb[self.tokens[cand]][:1] in (b" ", b"\n") or tb[self.tokens[cand - 1]][-1:] == b"\n")
+            ):
                 w = cand
                 break
         while True:
@@ -183,8 +188,9 @@ class DrafterContext:
         return [(self.tokens[i], self.starts[i], ends[i]) for i in range(w, len(self.tokens))]
 
 
-def harvest_ngrams(window: list[tuple[int, int, int]], target_spans: list[tuple[int, int, int]],
-                   vocab: VocabMap, cache: NgramCache) -> int:
+def harvest_ngrams(
+    window: list[tuple[int, int, int]], target_spans: list[tuple[int, int, int]], vocab: VocabMap, cache: NgramCache
+) -> int:
     """Insert (drafter sub-tokens -> target token) for target tokens spelled exactly by drafter tokens.
 
     ``window``: drafter (id, start, end) byte spans; ``target_spans``: accepted target (id, start, end).

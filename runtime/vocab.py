@@ -24,10 +24,10 @@ from omnidraft.runtime.tokenizer import TokenCodec
 
 @dataclass(frozen=True)
 class VocabMap:
-    d2t: np.ndarray          # int64 [drafter width]: target id or -1
-    t2d: np.ndarray          # int64 [target width]: drafter id or -1
+    d2t: np.ndarray  # int64 [drafter width]: target id or -1
+    t2d: np.ndarray  # int64 [target width]: drafter id or -1
     drafter_ids: np.ndarray  # int64 [n]: mapped drafter ids (ascending)
-    target_ids: np.ndarray   # int64 [n]: their target ids, same order
+    target_ids: np.ndarray  # int64 [n]: their target ids, same order
     splits: dict[int, tuple[int, ...]] = field(default_factory=dict)  # unmapped drafter id -> >= 2 target ids
 
     @property
@@ -51,8 +51,9 @@ class VocabMap:
         return out
 
 
-def build_vocab_map(drafter: TokenCodec, target: TokenCodec, drafter_width: int | None = None,
-                    target_width: int | None = None) -> VocabMap:
+def build_vocab_map(
+    drafter: TokenCodec, target: TokenCodec, drafter_width: int | None = None, target_width: int | None = None
+) -> VocabMap:
     """Intersection of two vocabularies on their spelled bytes.
 
     ``*_width`` is the model's logits width, which may exceed the tokenizer's vocabulary (padding rows).
@@ -73,8 +74,9 @@ def build_vocab_map(drafter: TokenCodec, target: TokenCodec, drafter_width: int 
             d2t[did] = tid
             t2d[tid] = did
     drafter_ids = np.flatnonzero(d2t >= 0)
-    return VocabMap(d2t=d2t, t2d=t2d, drafter_ids=drafter_ids, target_ids=d2t[drafter_ids],
-                    splits=_splits(drafter, target, d2t))
+    return VocabMap(
+        d2t=d2t, t2d=t2d, drafter_ids=drafter_ids, target_ids=d2t[drafter_ids], splits=_splits(drafter, target, d2t)
+    )
 
 
 def _splits(drafter: TokenCodec, target: TokenCodec, d2t: np.ndarray) -> dict[int, tuple[int, ...]]:

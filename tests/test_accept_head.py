@@ -14,15 +14,27 @@ import torch
 from tiny_models import ScriptedDrafter, make_tiny_model
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import (AcceptHeadError, drafter_identity, log_sigmoid, may_stop,
-                                           parse_draft_len, read_head, rejection_prob, validate_adaptive)
+from omnidraft.runtime.accept_head import (
+    AcceptHeadError,
+    drafter_identity,
+    log_sigmoid,
+    may_stop,
+    parse_draft_len,
+    read_head,
+    rejection_prob,
+    validate_adaptive,
+)
 from omnidraft.runtime.head_model import AcceptHead, load_head, save_head
 from omnidraft.runtime.loader import LoadedModel, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
-PROMPTS = ["def add(a, b):\n    return a + b\n\nprint(", "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
-           "To be, or not to be, that is the question:", "日本語のテキスト 🙂 café"]
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\nprint(",
+    "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
+    "To be, or not to be, that is the question:",
+    "日本語のテキスト 🙂 café",
+]
 
 
 def random_head(hidden: int, seed: int = 0, vocab_size: int = 0) -> AcceptHead:
@@ -49,12 +61,14 @@ def pair(tmp_path_factory, tokenizer_path):
     root = tmp_path_factory.mktemp("accept-head")
     d = make_tiny_model(root / "d", "llama", tokenizer_path("llama-spm"), seed=1, max_pos=256)
     t = make_tiny_model(root / "t", "qwen2", tokenizer_path("gpt-2"), seed=2, max_pos=256)
-    head_dir = save_head(random_head(32, vocab_size=_vocab(d)), root / "head", drafter_identity(d),
-                         {"note": "random test head"})
+    head_dir = save_head(
+        random_head(32, vocab_size=_vocab(d)), root / "head", drafter_identity(d), {"note": "random test head"}
+    )
     return d, t, head_dir, root
 
 
 # -- the stopping rule ---------------------------------------------------------------------------------
+
 
 def test_rejection_probability_is_one_minus_the_product():
     a = [0.9, 0.8, 0.5]
@@ -68,17 +82,23 @@ def test_rejection_probability_is_one_minus_the_product():
 
 
 def test_may_stop_only_at_clean_target_boundaries():
-    assert may_stop([(0, 1), (1, 3)], 3, 3)            # the draft ends on a target token
-    assert not may_stop([(0, 1)], 2, 3)                # one trailing sub-token could still merge
-    assert may_stop([(0, 1)], 4, 3)                    # a tail as long as the longest n-gram cannot
+    assert may_stop([(0, 1), (1, 3)], 3, 3)  # the draft ends on a target token
+    assert not may_stop([(0, 1)], 2, 3)  # one trailing sub-token could still merge
+    assert may_stop([(0, 1)], 4, 3)  # a tail as long as the longest n-gram cannot
     assert not may_stop([], 1, 2) and may_stop([], 1, 1)
 
 
 def test_validation():
     validate_adaptive("auto", 0.5, 16)
     validate_adaptive(3, 0.01, 1)
-    for bad in [("auto", 0.0, 16), ("auto", 1.0, 16), ("auto", -0.2, 16), ("auto", 0.5, 0), (0, 0.5, 16),
-                ("fast", 0.5, 16)]:
+    for bad in [
+        ("auto", 0.0, 16),
+        ("auto", 1.0, 16),
+        ("auto", -0.2, 16),
+        ("auto", 0.5, 0),
+        (0, 0.5, 16),
+        ("fast", 0.5, 16),
+    ]:
         with pytest.raises(InvalidArgument):
             validate_adaptive(*bad)
     assert parse_draft_len("auto") == "auto" and parse_draft_len("AUTO") == "auto" and parse_draft_len("5") == 5
@@ -128,12 +148,13 @@ def test_loop_stops_when_the_product_passes_gamma(pair):
         assert len(out.rounds[0]["draft"]) == k
         assert out.stats.drafter_calls >= k
     dec, prompt, fake = _scripted(pair, [0.9])
-    out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, max_draft_len=4, mode="dm"),
-                       trace=True)
-    assert len(out.rounds[0]["draft"]) == 4          # K_max bounds it
+    out = dec.generate(
+        prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, max_draft_len=4, mode="dm"), trace=True
+    )
+    assert len(out.rounds[0]["draft"]) == 4  # K_max bounds it
     dec, prompt, _ = _scripted(pair, [0.01])
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.99, mode="dm"), trace=True)
-    assert len(out.rounds[0]["draft"]) == 1          # K >= 1 even when the first token is hopeless
+    assert len(out.rounds[0]["draft"]) == 1  # K >= 1 even when the first token is hopeless
 
 
 def test_loop_adds_the_drafted_tokens_bias(pair):
@@ -150,8 +171,11 @@ def test_loop_adds_the_drafted_tokens_bias(pair):
     assert r["accept_logits"][0] == pytest.approx(math.log(0.9 / 0.1), abs=1e-5)
     # The online offsets (runtime/accept_online.py, via the gamma controller) act the same way.
     dec, prompt, _ = _scripted(pair, [0.9])
-    out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, mode="dm",
-                                            accept_offsets={third: -12.0}), trace=True)
+    out = dec.generate(
+        prompt,
+        DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, mode="dm", accept_offsets={third: -12.0}),
+        trace=True,
+    )
     assert len(out.rounds[0]["draft"]) == 3
 
 
@@ -177,6 +201,7 @@ def test_loop_does_not_stop_inside_a_merged_ngram(pair):
 
 
 # -- head files and identity ---------------------------------------------------------------------------
+
 
 def test_head_roundtrip_and_identity(pair, tmp_path):
     d, _, head_dir, root = pair
@@ -218,10 +243,16 @@ def test_a_format_1_head_loads_without_token_biases(pair, tmp_path):
     d, t, _, _ = pair
     old = random_head(32, seed=4)
     save_file({k: v.contiguous() for k, v in old.state_dict().items()}, str(tmp_path / "head.safetensors"))
-    meta = {"format": "omnidraft.accept_head", "version": 1, "hidden_size": 32, "num_layers": 3,
-            "drafter": {"weights_sha256": drafter_identity(d).weights_sha256, "hidden_size": 32},
-            "weights_file": "head.safetensors", "weights_sha256": sha256_file(tmp_path / "head.safetensors"),
-            "training": {}}
+    meta = {
+        "format": "omnidraft.accept_head",
+        "version": 1,
+        "hidden_size": 32,
+        "num_layers": 3,
+        "drafter": {"weights_sha256": drafter_identity(d).weights_sha256, "hidden_size": 32},
+        "weights_file": "head.safetensors",
+        "weights_sha256": sha256_file(tmp_path / "head.safetensors"),
+        "training": {},
+    }
     (tmp_path / "head.json").write_text(json.dumps(meta))
     head, info = load_head(tmp_path, drafter_identity(d))
     assert info.vocab_size == 0 and head.token_bias is None and head.bias_of(7) == 0.0
@@ -240,13 +271,15 @@ def test_auto_needs_a_head(pair):
 
 # -- greedy exactness on real backends -----------------------------------------------------------------
 
+
 def _check_greedy(dec: SpeculativeDecoder) -> int:
     drafted = 0
     for i, prompt in enumerate(PROMPTS):
         ref = dec.generate(prompt, DecodeConfig(max_new_tokens=16, mode="target-only"))
         for gamma in (0.2, 0.7):
-            out = dec.generate(prompt, DecodeConfig(max_new_tokens=16, draft_len="auto", gamma=gamma,
-                                                    max_draft_len=2 + i), trace=True)
+            out = dec.generate(
+                prompt, DecodeConfig(max_new_tokens=16, draft_len="auto", gamma=gamma, max_draft_len=2 + i), trace=True
+            )
             assert out.token_ids == ref.token_ids and out.text == ref.text, (prompt, gamma)
             lens = [len(r["draft"]) for r in out.rounds]
             assert all(1 <= n <= 2 + i for n in lens)
@@ -281,7 +314,10 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
     d, t, head_dir, root = pair
     res = export_model(d, "onnx", "fp32", 96, root / "onnx-head", progress=False, accept_head=head_dir)
     m = load_manifest(root / "onnx-head")
-    assert m.outputs[-1] == "accept_logits" and m.accept_head["drafter"]["weights_sha256"] == drafter_identity(d).weights_sha256
+    assert (
+        m.outputs[-1] == "accept_logits"
+        and m.accept_head["drafter"]["weights_sha256"] == drafter_identity(d).weights_sha256
+    )
     fig = res.manifest.parity["accept_head"]
     assert fig["max_abs_diff"] < 1e-4 and fig["reference"] == "fp32-eager"
     assert "--accept-head" in m.export_command
@@ -301,8 +337,9 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
     cache = NgramCache(drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size)
     assert _check_greedy(SpeculativeDecoder(tgt, drf, cache)) > 0
     # int8: the head is quantized with the drafter and gated against its quantized reference
-    res8 = export_model(d, "onnx", "int8", 96, root / "onnx-head-int8", progress=False, accept_head=head_dir,
-                        min_top1=0.0)
+    res8 = export_model(
+        d, "onnx", "int8", 96, root / "onnx-head-int8", progress=False, accept_head=head_dir, min_top1=0.0
+    )
     fig8 = res8.manifest.parity["accept_head"]
     assert fig8["max_prob_diff"] < 0.05 and fig8["mean_prob_diff"] < 0.02
     # Negative control: the same int8 graph gated against a head that is not the one inside it.
@@ -321,8 +358,14 @@ def test_onnx_export_with_head_passes_parity_and_decodes_exactly(pair):
     model = load_hf_model(inspect_folder(d))
     sched = parity.parity_tokens(Path(d) / "tokenizer.json", model.config.vocab_size, 96)
     with pytest.raises(ExportError, match="acceptance head"):
-        parity.gate_accept(OrtBackend(root / "onnx-head-int8", load_manifest(root / "onnx-head-int8")), sched,
-                           ort_reference(model, "int8"), _head_reference(head, "int8"), False, "the int8 graph")
+        parity.gate_accept(
+            OrtBackend(root / "onnx-head-int8", load_manifest(root / "onnx-head-int8")),
+            sched,
+            ort_reference(model, "int8"),
+            _head_reference(head, "int8"),
+            False,
+            "the int8 graph",
+        )
     with pytest.raises(InvalidArgument, match="re-export the drafter"):
         load_model(root / "onnx-head", accept_head=head_dir)
 
@@ -373,8 +416,22 @@ def test_cli_export_refuses_a_foreign_head_in_one_line(pair, tmp_path, capsys):
 
     d, _, head_dir, root = pair
     other = make_tiny_model(root / "d-other", "llama", d, seed=7, max_pos=256)
-    rc = main(["export", "--model", str(other), "--format", "onnx", "--out", str(tmp_path / "x"),
-               "--max-seq-len", "64", "--accept-head", str(head_dir), "--no-progress"])
+    rc = main(
+        [
+            "export",
+            "--model",
+            str(other),
+            "--format",
+            "onnx",
+            "--out",
+            str(tmp_path / "x"),
+            "--max-seq-len",
+            "64",
+            "--accept-head",
+            str(head_dir),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "belongs to another drafter" in err[0] and "Traceback" not in err[0]
 

@@ -21,9 +21,30 @@ def pair(tmp_path_factory, tokenizer_path):
 
 def _argv(pair, out, *extra):
     d, t = pair
-    return ["bench-adaptive", "--pair", f"{d},{t}", "--streams", "math", "--prompts", "2", "--train-prompts", "4",
-            "--max-new-tokens", "8", "--draft-lens", "1,3", "--every", "2", "--max-draft-len", "6",
-            "--threads", "1", "--out", str(out), *extra]
+    return [
+        "bench-adaptive",
+        "--pair",
+        f"{d},{t}",
+        "--streams",
+        "math",
+        "--prompts",
+        "2",
+        "--train-prompts",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--draft-lens",
+        "1,3",
+        "--every",
+        "2",
+        "--max-draft-len",
+        "6",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("backend", ["torch", "ort"])
@@ -34,8 +55,13 @@ def test_table_per_stream(pair, tmp_path, capsys, backend):
     doc = json.loads((out / "adaptive.json").read_text())
     assert doc["schema"] == "omnidraft.bench_adaptive" and doc["interrupted"] is False
     (st,) = doc["streams"]
-    assert [r["method"] for r in st["rows"]] == ["target-only", "K=1", "K=3", "adaptive (joint)",
-                                                 "adaptive (interleaved)"]
+    assert [r["method"] for r in st["rows"]] == [
+        "target-only",
+        "K=1",
+        "K=3",
+        "adaptive (joint)",
+        "adaptive (interleaved)",
+    ]
     assert all(r["outputs_match_target_only"] for r in st["rows"])
     for r in st["rows"][1:]:
         assert r["tokens_per_step"] >= 1.0 and r["acceptance_rate"] is not None and r["tokens_per_s"] > 0
@@ -53,14 +79,17 @@ def test_table_per_stream(pair, tmp_path, capsys, backend):
     assert "adaptive (interleaved)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--backend", "executorch"], "do not carry an acceptance head"),
-    (["--gamma", "1"], "--gamma must be within (0, 1)"),
-    (["--gamma", "0.01"], "--gamma must be within [0.05, 0.95] when it is tuned online"),
-    (["--variants", "both"], "unknown head variant"),
-    (["--draft-lens", "0,2"], "must be >= 1"),
-    (["--streams", "poetry"], "unknown stream"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--backend", "executorch"], "do not carry an acceptance head"),
+        (["--gamma", "1"], "--gamma must be within (0, 1)"),
+        (["--gamma", "0.01"], "--gamma must be within [0.05, 0.95] when it is tuned online"),
+        (["--variants", "both"], "unknown head variant"),
+        (["--draft-lens", "0,2"], "must be >= 1"),
+        (["--streams", "poetry"], "unknown stream"),
+    ],
+)
 def test_bad_inputs(pair, tmp_path, capsys, extra, needle):
     assert main(_argv(pair, tmp_path / "o", *extra)) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -78,9 +107,30 @@ def test_bench_hybrid_adaptive_row(pair, tmp_path, monkeypatch):
     monkeypatch.setattr(peer_section, "best_method", lambda bench, st, backend=None: "hybrid+adaptive")
     d, t = pair
     out = tmp_path / "bench"
-    argv = ["bench", "--pair", f"{d},{t}", "--backend", "torch", "--streams", "math", "--prompts", "2",
-            "--max-new-tokens", "8", "--draft-lens", "2", "--train-prompts", "0", "--adapt-prompts", "3",
-            "--peers", "torch", "--no-eviction", "--out", str(out)]
+    argv = [
+        "bench",
+        "--pair",
+        f"{d},{t}",
+        "--backend",
+        "torch",
+        "--streams",
+        "math",
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--draft-lens",
+        "2",
+        "--train-prompts",
+        "0",
+        "--adapt-prompts",
+        "3",
+        "--peers",
+        "torch",
+        "--no-eviction",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     doc = json.loads((out / "bench.json").read_text())
     row = next(r for r in doc["rows"] if r["method"] == "hybrid+adaptive")
@@ -98,9 +148,16 @@ def test_executorch_peer_replays_the_fastest_method_it_can_run():
 
     from omnidraft.bench.peer_section import best_method
 
-    rows = [{"stream": "code", "method": m, "status": "ok", "tokens_per_s": t}
-            for m, t in (("target-only", 100.0), ("spd-dm", 80.0), ("hybrid", 130.0), ("hybrid+lora", 140.0),
-                         ("hybrid+adaptive", 150.0))]
+    rows = [
+        {"stream": "code", "method": m, "status": "ok", "tokens_per_s": t}
+        for m, t in (
+            ("target-only", 100.0),
+            ("spd-dm", 80.0),
+            ("hybrid", 130.0),
+            ("hybrid+lora", 140.0),
+            ("hybrid+adaptive", 150.0),
+        )
+    ]
     bench, st = SimpleNamespace(report={"rows": rows}), SimpleNamespace(name="code")
     assert best_method(bench, st, "ort") == best_method(bench, st, "torch") == "hybrid+adaptive"
     assert best_method(bench, st, "executorch") == "hybrid+lora"
@@ -121,9 +178,32 @@ def fake_bundled(tmp_path, pair, monkeypatch):
 
 def test_demo_with_adaptive_drafting(fake_bundled, tmp_path, capsys):
     out = tmp_path / "report"
-    assert main(["demo", "--backend", "torch", "--streams", "math", "--prompts", "2", "--max-new-tokens", "8",
-                 "--adapt-prompts", "3", "--adapt-engine", "eager", "--draft-len", "auto", "--gamma", "0.4",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--backend",
+                "torch",
+                "--streams",
+                "math",
+                "--prompts",
+                "2",
+                "--max-new-tokens",
+                "8",
+                "--adapt-prompts",
+                "3",
+                "--adapt-engine",
+                "eager",
+                "--draft-len",
+                "auto",
+                "--gamma",
+                "0.4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "| math | adapted + adaptive K |" in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
     assert [r["phase"] for r in report["rows"]] == ["untrained", "adapted + adaptive K"]
@@ -131,11 +211,14 @@ def test_demo_with_adaptive_drafting(fake_bundled, tmp_path, capsys):
     assert 0.05 <= report["adaptation"]["math"]["gamma"] <= 0.95
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--backend", "executorch"], "ExecuTorch drafters do not carry an acceptance head"),
-    (["--adapt-prompts", "0"], "--adapt-prompts N >= 1"),
-    (["--gamma", "2"], "--gamma must be within (0, 1)"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--backend", "executorch"], "ExecuTorch drafters do not carry an acceptance head"),
+        (["--adapt-prompts", "0"], "--adapt-prompts N >= 1"),
+        (["--gamma", "2"], "--gamma must be within (0, 1)"),
+    ],
+)
 def test_demo_auto_refusals(fake_bundled, capsys, extra, needle):
     assert main(["demo", "--streams", "math", "--draft-len", "auto", *extra]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -45,8 +45,9 @@ def _prompt(rng: random.Random, gamma: float, cap: int, head: str, tokens: int =
     pos_info = _positions(rng, tokens + 40)
     if cap == 0:
         target_s = (VERIFY_S + PER_TOKEN_S) * tokens
-        stats = SimpleNamespace(steps=tokens, decode_seconds=target_s + PLAIN_OTHER_S * tokens, new_tokens=tokens,
-                                target_seconds=target_s)
+        stats = SimpleNamespace(
+            steps=tokens, decode_seconds=target_s + PLAIN_OTHER_S * tokens, new_tokens=tokens, target_seconds=target_s
+        )
         return SimpleNamespace(rounds=[], stats=stats)
     pos, rounds, seconds = 0, [], 0.0
     while pos < tokens:
@@ -62,9 +63,19 @@ def _prompt(rng: random.Random, gamma: float, cap: int, head: str, tokens: int =
         while j < n and pos_info[pos + j][1]:
             j += 1
         target_s = VERIFY_S + PER_TOKEN_S * (n + 1)
-        rounds.append({"draft": list(range(n)), "target_ids": list(range(n)), "spans": [(i, i + 1) for i in range(n)],
-                       "accepted": j, "committed": list(range(j + 1)), "accept_logits": z,
-                       "drafter_call_seconds": [DRAFT_S] * n, "target_fed": n + 1, "target_seconds": target_s})
+        rounds.append(
+            {
+                "draft": list(range(n)),
+                "target_ids": list(range(n)),
+                "spans": [(i, i + 1) for i in range(n)],
+                "accepted": j,
+                "committed": list(range(j + 1)),
+                "accept_logits": z,
+                "drafter_call_seconds": [DRAFT_S] * n,
+                "target_fed": n + 1,
+                "target_seconds": target_s,
+            }
+        )
         seconds += DRAFT_S * n + target_s + OTHER_S
         pos += j + 1
     stats = SimpleNamespace(steps=len(rounds), decode_seconds=seconds, new_tokens=pos)
@@ -77,8 +88,10 @@ def _true_rate(gamma, cap, head, n=60) -> float:
     return sum(r.stats.new_tokens for r in res) / sum(r.stats.decode_seconds for r in res)
 
 
-@pytest.mark.parametrize("head,start,cap,cheap", [("calibrated", 0.9, 16, False), ("overconfident", 0.5, 16, False),
-                                                 ("calibrated", 0.05, 1, True)])
+@pytest.mark.parametrize(
+    "head,start,cap,cheap",
+    [("calibrated", 0.9, 16, False), ("overconfident", 0.5, 16, False), ("calibrated", 0.05, 1, True)],
+)
 def test_settles_near_the_fastest_setting(head, start, cap, cheap, monkeypatch):
     # The last case starts where a pass over an untrained drafter leaves it, at cap 1 (where gamma
     # does nothing), in a world where drafting is cheap and the best drafts are long: only probing
@@ -197,8 +210,20 @@ def test_never_drafts_longer_than_its_k_limit():
 
 
 def test_bad_settings():
-    for bad in (dict(gamma=0.0), dict(gamma=0.99), dict(window=0), dict(explore_every=0), dict(k_max=0),
-                dict(explore_every=4, max_gap=2), dict(k_max=8, k_limit=4), dict(margin=-0.1), dict(off_margin=-0.1), dict(off_windows=2, min_windows=3), dict(off_windows=9),
-                dict(min_windows=1), dict(min_windows=9, horizon=8)):
+    for bad in (
+        dict(gamma=0.0),
+        dict(gamma=0.99),
+        dict(window=0),
+        dict(explore_every=0),
+        dict(k_max=0),
+        dict(explore_every=4, max_gap=2),
+        dict(k_max=8, k_limit=4),
+        dict(margin=-0.1),
+        dict(off_margin=-0.1),
+        dict(off_windows=2, min_windows=3),
+        dict(off_windows=9),
+        dict(min_windows=1),
+        dict(min_windows=9, horizon=8),
+    ):
         with pytest.raises(InvalidArgument):
             GammaController(**bad)

@@ -18,9 +18,16 @@ from omnidraft.runtime.head_model import AcceptHead
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
-PROMPTS = ["def add(a, b):\n    return a + b\n\nprint(", "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
-           "To be, or not to be, that is the question:", "import os\nimport sys\n\n", "class Stack:\n    def push(self, x):",
-           "The quick brown fox jumps over", "for i in range(10):\n    print(", "Once upon a time, in a land far away,"]
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\nprint(",
+    "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
+    "To be, or not to be, that is the question:",
+    "import os\nimport sys\n\n",
+    "class Stack:\n    def push(self, x):",
+    "The quick brown fox jumps over",
+    "for i in range(10):\n    print(",
+    "Once upon a time, in a land far away,",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +50,14 @@ def _synthetic(n_targets: int, seed: int, soft: bool) -> HeadRecord:
     log_tok = torch.nn.functional.logsigmoid(feats @ w + 1.0)
     p = torch.zeros(n_targets).index_add(0, group, log_tok).exp()
     lab = p if soft else (torch.rand(n_targets, generator=g) < p).float()
-    return HeadRecord(feats, torch.zeros(len(group), dtype=torch.long), group, lab,
-                      lab.numpy().astype(np.float32), np.full(n_targets, np.nan, np.float32))
+    return HeadRecord(
+        feats,
+        torch.zeros(len(group), dtype=torch.long),
+        group,
+        lab,
+        lab.numpy().astype(np.float32),
+        np.full(n_targets, np.nan, np.float32),
+    )
 
 
 @pytest.mark.parametrize("soft", [True, False])
@@ -77,8 +90,9 @@ def test_token_biases_learn_which_drafted_tokens_the_target_rejects():
         g = torch.Generator().manual_seed(seed)
         tok = torch.randint(0, 8, (n,), generator=g)
         obs = (torch.rand(n, generator=g) < rate[tok]).float()
-        return HeadRecord(torch.randn(n, 16, generator=g), tok, torch.arange(n), obs, obs.numpy(),
-                          np.full(n, np.nan, np.float32))
+        return HeadRecord(
+            torch.randn(n, 16, generator=g), tok, torch.arange(n), obs, obs.numpy(), np.full(n, np.nan, np.float32)
+        )
 
     held = batch(2000, 99)
 
@@ -104,9 +118,9 @@ def test_replayed_batches_step_only_what_does_not_read_the_features():
     rec = _synthetic(200, 4, soft=False)
     head = AcceptHead(16, 2, vocab_size=4)
     tr = HeadTrainer(head, "interleaved", steps=3)
-    tr.on_update([rec], 1)                       # a fresh batch: everything moves
+    tr.on_update([rec], 1)  # a fresh batch: everything moves
     before = {n: p.detach().clone() for n, p in head.named_parameters()}
-    tr.after_prompt(None, 9)                     # a replayed batch
+    tr.after_prompt(None, 9)  # a replayed batch
     moved = {n for n, p in head.named_parameters() if not torch.equal(p, before[n])}
     assert moved == {"token_bias", "out.bias"}, moved
     assert [x.get("update", x.get("prompt")) for x in tr.losses if "loss" in x] == [1, 9]
@@ -118,8 +132,14 @@ def test_soft_label_uses_the_merged_product():
     with torch.no_grad():
         lm.weight.copy_(torch.eye(3, 4) * 5)
     feats = torch.eye(4)[:3]
-    rec = HeadRecord(feats, torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1]), torch.tensor([0.2, 0.9]),
-                     np.zeros(2, np.float32), np.zeros(2, np.float32))
+    rec = HeadRecord(
+        feats,
+        torch.tensor([0, 1, 2]),
+        torch.tensor([0, 0, 1]),
+        torch.tensor([0.2, 0.9]),
+        np.zeros(2, np.float32),
+        np.zeros(2, np.float32),
+    )
     q = torch.softmax(lm(feats), -1).detach()
     lab = labels(rec, lm, 1.0)
     assert lab[0] == pytest.approx(min(1.0, 0.2 / float(q[0, 0] * q[1, 1])), rel=1e-5)
@@ -135,8 +155,21 @@ def test_calibration_bins():
 
 
 def _cfg(**kw) -> AdaptConfig:
-    base = dict(every=4, max_new_tokens=12, engine="eager", lr=3e-2, rank=4, publish_every=1, guard_margin=1.0,
-                train_head=True, draft_len="auto", gamma=0.6, max_draft_len=6, head_replay=8, head_batch=2)
+    base = dict(
+        every=4,
+        max_new_tokens=12,
+        engine="eager",
+        lr=3e-2,
+        rank=4,
+        publish_every=1,
+        guard_margin=1.0,
+        train_head=True,
+        draft_len="auto",
+        gamma=0.6,
+        max_draft_len=6,
+        head_replay=8,
+        head_batch=2,
+    )
     return AdaptConfig(**{**base, **kw})
 
 
@@ -147,7 +180,7 @@ def test_online_head_training(pair, tmp_path, variant, loss):
     before = {n: p.detach().clone() for n, p in ad.head.head.named_parameters()}
     log = ad.run(PROMPTS)
     assert len(log.head_observed) > 0 and len(log.head_observed) == len(log.head_predicted)
-    assert np.isfinite(np.asarray(log.head_predicted)).all()   # auto mode: every observed token was predicted
+    assert np.isfinite(np.asarray(log.head_predicted)).all()  # auto mode: every observed token was predicted
     assert ad.head.losses[0]["warm_start"] and ad.head.warm  # bias set from the first prompt's labels
     kinds = {"update" if "update" in x else "prompt" for x in ad.head.losses if "loss" in x}
     assert kinds == ({"update"} if variant == "joint" else {"update", "prompt"})
@@ -170,25 +203,61 @@ def test_online_head_training(pair, tmp_path, variant, loss):
 def test_cli_adapt_trains_a_head_and_writes_calibration(pair, tmp_path, capsys):
     d, t, stream = pair
     out = tmp_path / "out"
-    rc = main(["adapt", "--drafter", str(d), "--target", str(t), "--stream", str(stream), "--out", str(out),
-               "--every", "4", "--max-new-tokens", "10", "--engine", "eager", "--lora-rank", "4", "--loss", "none",
-               "--train-head", "--draft-len", "auto", "--gamma", "0.4", "--head-variant", "interleaved", "--json"])
+    rc = main(
+        [
+            "adapt",
+            "--drafter",
+            str(d),
+            "--target",
+            str(t),
+            "--stream",
+            str(stream),
+            "--out",
+            str(out),
+            "--every",
+            "4",
+            "--max-new-tokens",
+            "10",
+            "--engine",
+            "eager",
+            "--lora-rank",
+            "4",
+            "--loss",
+            "none",
+            "--train-head",
+            "--draft-len",
+            "auto",
+            "--gamma",
+            "0.4",
+            "--head-variant",
+            "interleaved",
+            "--json",
+        ]
+    )
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["head"]["variant"] == "interleaved" and rep["head"]["observed_target_tokens"] > 0
     assert (out / "calibration.png").stat().st_size > 0 and rep["head"]["calibration"]
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--gamma", "1.5", "--draft-len", "auto"], "--gamma must be within (0, 1)"),
-    (["--gamma", "0", "--draft-len", "auto"], "--gamma must be within (0, 1)"),
-    (["--draft-len", "auto", "--max-draft-len", "0"], "K_max) must be >= 1"),
-    (["--draft-len", "lots"], "positive integer K or 'auto'"),
-    (["--draft-len", "auto"], "export the drafter with --accept-head HEAD, or train one with omnidraft adapt --train-head"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--gamma", "1.5", "--draft-len", "auto"], "--gamma must be within (0, 1)"),
+        (["--gamma", "0", "--draft-len", "auto"], "--gamma must be within (0, 1)"),
+        (["--draft-len", "auto", "--max-draft-len", "0"], "K_max) must be >= 1"),
+        (["--draft-len", "lots"], "positive integer K or 'auto'"),
+        (
+            ["--draft-len", "auto"],
+            "export the drafter with --accept-head HEAD, or train one with omnidraft adapt --train-head",
+        ),
+    ],
+)
 def test_cli_generate_bad_inputs(pair, capsys, argv, needle):
     d, t, _ = pair
-    rc = main(["generate", "--drafter", str(d), "--target", str(t), "--prompt", "hello", "--max-new-tokens", "4", *argv])
+    rc = main(
+        ["generate", "--drafter", str(d), "--target", str(t), "--prompt", "hello", "--max-new-tokens", "4", *argv]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and needle in err[0], err
 
@@ -199,21 +268,65 @@ def test_cli_generate_refuses_a_head_of_another_drafter(pair, tmp_path, capsys):
     d, t, _ = pair
     other = make_tiny_model(tmp_path / "other", "llama", d, seed=9)
     head = save_head(AcceptHead(32), tmp_path / "head", drafter_identity(other))
-    rc = main(["generate", "--drafter", str(d), "--target", str(t), "--prompt", "hello", "--max-new-tokens", "4",
-               "--draft-len", "auto", "--accept-head", str(head)])
+    rc = main(
+        [
+            "generate",
+            "--drafter",
+            str(d),
+            "--target",
+            str(t),
+            "--prompt",
+            "hello",
+            "--max-new-tokens",
+            "4",
+            "--draft-len",
+            "auto",
+            "--accept-head",
+            str(head),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "belongs to another drafter" in err[0]
-    rc = main(["adapt", "--drafter", str(d), "--target", str(t), "--stream", "x.jsonl", "--out", str(tmp_path / "o"),
-               "--loss", "none"])
+    rc = main(
+        [
+            "adapt",
+            "--drafter",
+            str(d),
+            "--target",
+            str(t),
+            "--stream",
+            "x.jsonl",
+            "--out",
+            str(tmp_path / "o"),
+            "--loss",
+            "none",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "--train-head" in err[0]
 
 
 def test_bad_head_options_fail_before_any_model_loads(capsys):
-    for extra, needle in ((["--head-variant", "both"], "unknown --head-variant"), (["--head-steps", "0"], "--head-steps"),
-                          (["--head-lr", "-1"], "--head-lr")):
-        rc = main(["adapt", "--drafter", "/nonexistent", "--target", "/nonexistent", "--stream", "math", "--out", "/tmp/x",
-                   "--train-head", *extra])
+    for extra, needle in (
+        (["--head-variant", "both"], "unknown --head-variant"),
+        (["--head-steps", "0"], "--head-steps"),
+        (["--head-lr", "-1"], "--head-lr"),
+    ):
+        rc = main(
+            [
+                "adapt",
+                "--drafter",
+                "/nonexistent",
+                "--target",
+                "/nonexistent",
+                "--stream",
+                "math",
+                "--out",
+                "/tmp/x",
+                "--train-head",
+                *extra,
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 1 and len(err) == 1 and needle in err[0], err
 
@@ -227,5 +340,5 @@ def test_warm_start_matches_the_mean_acceptance():
         p = torch.zeros(rec.size).index_add(0, rec.group, torch.nn.functional.logsigmoid(head(rec.feats))).exp()
     assert float(p.mean()) == pytest.approx(float(rec.p_target.mean()), abs=0.08)
     bias = float(head.out.bias)
-    tr.warm_start(_synthetic(50, 3, soft=False))          # only once
+    tr.warm_start(_synthetic(50, 3, soft=False))  # only once
     assert float(head.out.bias) == bias

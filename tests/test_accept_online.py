@@ -81,8 +81,15 @@ def test_offsets_are_bounded_and_can_be_turned_off():
 def test_the_controller_hands_its_offsets_to_the_loop():
     def result(tok, acc):
         r = _round([tok], [0.0], acc)
-        r.update({"target_ids": [tok], "committed": [0] * (acc + 1), "drafter_call_seconds": [1e-3],
-                  "target_fed": 2, "target_seconds": 2e-3})
+        r.update(
+            {
+                "target_ids": [tok],
+                "committed": [0] * (acc + 1),
+                "drafter_call_seconds": [1e-3],
+                "target_fed": 2,
+                "target_seconds": 2e-3,
+            }
+        )
         return SimpleNamespace(rounds=[r], stats=SimpleNamespace(steps=1, decode_seconds=4e-3, new_tokens=acc + 1))
 
     ctl, cfg = GammaController(window=4), DecodeConfig(draft_len="auto")

@@ -22,16 +22,25 @@ def _records(vocab: int, n_inter: int, count: int, seed: int = 0) -> list[Record
         n = int(rng.integers(12, 20))
         rows = np.sort(rng.choice(np.arange(4, n - 1), size=6, replace=False)).astype(np.int32)
         logp = np.log(rng.dirichlet(np.ones(K) * 0.5) * 0.9).astype(np.float16)
-        out.append(Record(prompt="p", ids=rng.integers(3, vocab, size=n).astype(np.int32), dm_rows=rows[:4],
-                          dm_idx=np.stack([rng.choice(n_inter, K, replace=False) for _ in range(4)]).astype(np.uint16),
-                          dm_logp=np.stack([logp] * 4), dm_tail=np.full(4, np.log(0.1 / (n_inter - K)), np.float32),
-                          ng_rows=rows[4:]))
+        out.append(
+            Record(
+                prompt="p",
+                ids=rng.integers(3, vocab, size=n).astype(np.int32),
+                dm_rows=rows[:4],
+                dm_idx=np.stack([rng.choice(n_inter, K, replace=False) for _ in range(4)]).astype(np.uint16),
+                dm_logp=np.stack([logp] * 4),
+                dm_tail=np.full(4, np.log(0.1 / (n_inter - K)), np.float32),
+                ng_rows=rows[4:],
+            )
+        )
     return out
 
 
 @pytest.fixture(scope="module")
 def drafter(tmp_path_factory, tokenizer_path):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-adapt-engine") / "d", "llama", tokenizer_path("llama-spm"), seed=1)
+    return make_tiny_model(
+        tmp_path_factory.mktemp("tiny-adapt-engine") / "d", "llama", tokenizer_path("llama-spm"), seed=1
+    )
 
 
 def _model(folder):
@@ -85,7 +94,7 @@ def test_second_adapter_reuses_the_program_with_its_own_weights(drafter):
     first.step(recs, 1)
     second_model = _model(drafter)
     with torch.no_grad():
-        for n, p in second_model.named_parameters():
+        for _, p in second_model.named_parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))  # a different adapter state than the first's
     second = Trainer(second_model, inter, engine="executorch", batch_size=4, seq_len=24, k=K, lr=1e-2)

@@ -3,7 +3,6 @@ greedy tokens from .pte, .onnx and the eager merged drafter, and differs from th
 
 from __future__ import annotations
 
-import pytest
 import torch
 from tiny_models import make_tiny_model
 

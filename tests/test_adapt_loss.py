@@ -22,7 +22,7 @@ def _softmax(x):
 def test_loss_matches_hand_computation():
     rng = np.random.default_rng(0)
     V, L = 7, 4
-    inter = np.array([0, 2, 3, 5, 6])         # drafter ids in the intersection
+    inter = np.array([0, 2, 3, 5, 6])  # drafter ids in the intersection
     logits = rng.normal(size=(1, L, V)) * 2
     p_full = [_softmax(rng.normal(size=len(inter)) * 3) for _ in range(L)]
     k = 2
@@ -51,16 +51,32 @@ def test_loss_matches_hand_computation():
     ng[0, ng_rows] = 1
     labels = torch.zeros(1, L, dtype=torch.long)
     labels[0, ng_rows] = torch.tensor(ng_labels)
-    args = (torch.tensor(logits, dtype=torch.float64), torch.tensor(inter), dm, torch.tensor(idx),
-            torch.tensor(logp), torch.tensor(tail), ng, labels)
+    args = (
+        torch.tensor(logits, dtype=torch.float64),
+        torch.tensor(inter),
+        dm,
+        torch.tensor(idx),
+        torch.tensor(logp),
+        torch.tensor(tail),
+        ng,
+        labels,
+    )
     got = hybrid_loss(*args, torch.tensor([LAMBDA], dtype=torch.float64))
     assert got.item() == pytest.approx(expected, rel=1e-9)
     # dm variant: no n-gram term, and n-gram positions left out of the average.
-    kl = sum(np.sum(_softmax(logits[0, r, inter]) * (np.log(_softmax(logits[0, r, inter]))
-                                                     - np.log(np.where(np.isin(np.arange(len(inter)), idx[0, r]),
-                                                                       0, np.exp(tail[0, r]))
-                                                              + np.bincount(idx[0, r], np.exp(logp[0, r]), len(inter)))))
-             for r in dm_rows) / len(dm_rows)
+    kl = sum(
+        np.sum(
+            _softmax(logits[0, r, inter])
+            * (
+                np.log(_softmax(logits[0, r, inter]))
+                - np.log(
+                    np.where(np.isin(np.arange(len(inter)), idx[0, r]), 0, np.exp(tail[0, r]))
+                    + np.bincount(idx[0, r], np.exp(logp[0, r]), len(inter))
+                )
+            )
+        )
+        for r in dm_rows
+    ) / len(dm_rows)
     got_dm = hybrid_loss(*args[:6], torch.zeros(1, L), labels, torch.tensor([0.0]))
     assert got_dm.item() == pytest.approx(kl, rel=1e-9)
 
@@ -71,13 +87,31 @@ def test_reverse_kl_is_zero_when_drafter_equals_target_on_intersection():
     logits = torch.randn(1, 1, V, dtype=torch.float64)
     q = torch.softmax(logits[0, 0, inter], -1)
     idx = torch.arange(4).view(1, 1, 4)
-    loss = hybrid_loss(logits, inter, torch.ones(1, 1), idx, q.log().view(1, 1, 4), torch.zeros(1, 1),
-                       torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.long), torch.tensor([LAMBDA]))
+    loss = hybrid_loss(
+        logits,
+        inter,
+        torch.ones(1, 1),
+        idx,
+        q.log().view(1, 1, 4),
+        torch.zeros(1, 1),
+        torch.zeros(1, 1),
+        torch.zeros(1, 1, dtype=torch.long),
+        torch.tensor([LAMBDA]),
+    )
     assert abs(loss.item()) < 1e-12
     # and positive for any other target distribution
     other = torch.softmax(torch.randn(4, dtype=torch.float64), -1)
-    loss2 = hybrid_loss(logits, inter, torch.ones(1, 1), idx, other.log().view(1, 1, 4), torch.zeros(1, 1),
-                        torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.long), torch.tensor([LAMBDA]))
+    loss2 = hybrid_loss(
+        logits,
+        inter,
+        torch.ones(1, 1),
+        idx,
+        other.log().view(1, 1, 4),
+        torch.zeros(1, 1),
+        torch.zeros(1, 1),
+        torch.zeros(1, 1, dtype=torch.long),
+        torch.tensor([LAMBDA]),
+    )
     assert loss2.item() > 1e-6
 
 
@@ -109,8 +143,12 @@ def pair(tmp_path_factory, tokenizer_path):
     return d, t
 
 
-PROMPTS = ["def add(a, b):\n    return a + b\n\nprint(", "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
-           "To be, or not to be, that is the question:", "Ünïcödé àccents: café, naïve 🙂"]
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\nprint(",
+    "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
+    "To be, or not to be, that is the question:",
+    "Ünïcödé àccents: café, naïve 🙂",
+]
 
 
 def test_buffer_positions_align_with_target_tokens(pair):
@@ -140,7 +178,7 @@ def test_buffer_positions_align_with_target_tokens(pair):
             pos += len(b)
         text = prompt.encode() + tc.spell(res.token_ids)
         # The rebuilt drafter context spells the text (SentencePiece may add one leading space).
-        body = rec.ids[len(dc.start_ids):].tolist()
+        body = rec.ids[len(dc.start_ids) :].tolist()
         sp = dc.spell(body)
         virtual = 0 if text.startswith(sp) else 1
         assert sp[:virtual] in (b"", b" ") and text.startswith(sp[virtual:])
@@ -180,7 +218,7 @@ def test_buffer_positions_align_with_target_tokens(pair):
                 n += 1
             assert b == end and n > 1  # a lone unmapped token (byte-fallback "\\n") is no n-gram
             first = len(rec.ng_rows) - len(rows)
-            assert not rec.ng_split[first:first + n].any()
+            assert not rec.ng_split[first : first + n].any()
             rows = rows[n:]
         assert rec.dm_logp.dtype == np.float16 and rec.dm_idx.shape == (len(rec.dm_rows), 8)
         n_dm += len(rec.dm_rows)
@@ -213,9 +251,15 @@ def test_nan_loss_skips_update_and_keeps_weights(pair):
 
 def test_make_batch_truncates_from_the_left_keeping_rows_aligned():
     ids = np.arange(10, 30, dtype=np.int32)
-    rec = Record(prompt="x", ids=ids, dm_rows=np.array([3, 15], dtype=np.int32),
-                 dm_idx=np.array([[1, 2], [3, 4]], dtype=np.uint16), dm_logp=np.zeros((2, 2), dtype=np.float16),
-                 dm_tail=np.zeros(2, dtype=np.float32), ng_rows=np.array([16, 17], dtype=np.int32))
+    rec = Record(
+        prompt="x",
+        ids=ids,
+        dm_rows=np.array([3, 15], dtype=np.int32),
+        dm_idx=np.array([[1, 2], [3, 4]], dtype=np.uint16),
+        dm_logp=np.zeros((2, 2), dtype=np.float16),
+        dm_tail=np.zeros(2, dtype=np.float32),
+        ng_rows=np.array([16, 17], dtype=np.int32),
+    )
     b = make_batch([rec], "hybrid", k=2, batch_size=2, seq_len=8)
     assert b.ids.shape == (2, 8) and b.ids[0].tolist() == list(range(22, 30))
     # row 15 -> 15 - 12 = 3; row 3 fell off the left edge

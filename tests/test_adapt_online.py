@@ -15,9 +15,16 @@ from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
 from omnidraft.cli import main
 from omnidraft.runtime.speculative import DecodeConfig
 
-PROMPTS = ["def add(a, b):\n    return a + b\n\nprint(", "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
-           "To be, or not to be, that is the question:", "import os\nimport sys\n\n", "class Stack:\n    def push(self, x):",
-           "The quick brown fox jumps over", "for i in range(10):\n    print(", "Once upon a time, in a land far away,"]
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\nprint(",
+    "Question: Tom has 3 apples and buys 5 more.\nAnswer:",
+    "To be, or not to be, that is the question:",
+    "import os\nimport sys\n\n",
+    "class Stack:\n    def push(self, x):",
+    "The quick brown fox jumps over",
+    "for i in range(10):\n    print(",
+    "Once upon a time, in a land far away,",
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +45,32 @@ def _cfg(**kw) -> AdaptConfig:
 def test_cli_run_writes_report_and_per_target_state(pair, tmp_path, capsys):
     d, t, stream = pair
     out = tmp_path / "out"
-    rc = main(["adapt", "--drafter", str(d), "--target", str(t), "--stream", str(stream), "--out", str(out),
-               "--every", "4", "--max-new-tokens", "12", "--engine", "eager", "--lora-rank", "4", "--lr", "0.03",
-               "--guard-margin", "1", "--json"])
+    rc = main(
+        [
+            "adapt",
+            "--drafter",
+            str(d),
+            "--target",
+            str(t),
+            "--stream",
+            str(stream),
+            "--out",
+            str(out),
+            "--every",
+            "4",
+            "--max-new-tokens",
+            "12",
+            "--engine",
+            "eager",
+            "--lora-rank",
+            "4",
+            "--lr",
+            "0.03",
+            "--guard-margin",
+            "1",
+            "--json",
+        ]
+    )
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["stream_summary"]["prompts"] == len(PROMPTS) and rep["stream_summary"]["updates"] == 2
@@ -52,9 +82,30 @@ def test_cli_run_writes_report_and_per_target_state(pair, tmp_path, capsys):
     assert state.parent == out / "state" and state.name == rep["target_id"]
     assert {p.name for p in state.iterdir()} == {"adapter", "drafter", "ngram_cache.json"}
     # A second run on the same state resumes from the saved adapter.
-    rc = main(["adapt", "--drafter", str(d), "--target", str(t), "--stream", str(stream), "--out", str(out),
-               "--every", "4", "--max-new-tokens", "12", "--engine", "eager", "--lora-rank", "4", "--train-limit", "4",
-               "--json"])
+    rc = main(
+        [
+            "adapt",
+            "--drafter",
+            str(d),
+            "--target",
+            str(t),
+            "--stream",
+            str(stream),
+            "--out",
+            str(out),
+            "--every",
+            "4",
+            "--max-new-tokens",
+            "12",
+            "--engine",
+            "eager",
+            "--lora-rank",
+            "4",
+            "--train-limit",
+            "4",
+            "--json",
+        ]
+    )
     assert rc == 0 and json.loads(capsys.readouterr().out)["resumed_adapter"] is True
 
 
@@ -65,11 +116,15 @@ def test_bad_inputs_get_one_clear_line(pair, tmp_path, capsys):
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"prompt": "ok"}\n{"prompt": \n')
     common = ["--drafter", str(d), "--target", str(t), "--out", str(tmp_path / "o")]
-    cases = [(["--stream", str(empty)], "empty"), (["--stream", str(broken)], "line 2"),
-             (["--stream", "poetry"], "unknown stream"), (["--stream", str(broken), "--loss", "kl"], "--loss"),
-             (["--stream", str(broken), "--every", "0"], "every"),
-             (["--stream", str(broken), "--eval-draft-lens", "1,two"], "--eval-draft-lens"),
-             (["--stream", str(broken), "--eval-draft-lens", "0,2"], "--eval-draft-lens")]
+    cases = [
+        (["--stream", str(empty)], "empty"),
+        (["--stream", str(broken)], "line 2"),
+        (["--stream", "poetry"], "unknown stream"),
+        (["--stream", str(broken), "--loss", "kl"], "--loss"),
+        (["--stream", str(broken), "--every", "0"], "every"),
+        (["--stream", str(broken), "--eval-draft-lens", "1,two"], "--eval-draft-lens"),
+        (["--stream", str(broken), "--eval-draft-lens", "0,2"], "--eval-draft-lens"),
+    ]
     for extra, needle in cases:
         assert main(["adapt", *common, *extra]) == 1
         err = capsys.readouterr().err.strip().splitlines()
@@ -124,10 +179,20 @@ def test_eval_per_draft_len_matches_the_run_eval(pair, tmp_path, monkeypatch):
 
     d, t, stream = pair
     real = run_mod.load_prompts
-    monkeypatch.setattr(run_mod, "load_prompts",
-                        lambda s, split, limit: PROMPTS[:3] if split == "test" else real(s, split, limit))
-    rep = run_mod.adapt_stream(d, t, str(stream), tmp_path / "out", _cfg(draft_len=2), eval_split="test",
-                               greedy_check=0, progress=False, eval_draft_lens=(1, 2))
+    monkeypatch.setattr(
+        run_mod, "load_prompts", lambda s, split, limit: PROMPTS[:3] if split == "test" else real(s, split, limit)
+    )
+    rep = run_mod.adapt_stream(
+        d,
+        t,
+        str(stream),
+        tmp_path / "out",
+        _cfg(draft_len=2),
+        eval_split="test",
+        greedy_check=0,
+        progress=False,
+        eval_draft_lens=(1, 2),
+    )
     ev = rep["eval"]
     assert set(ev["by_draft_len"]) == {"1", "2"}
     for key in ("before", "cache_only", "after"):

@@ -16,12 +16,12 @@ import sys
 
 import numpy as np
 import pytest
+from tiny_models import make_tiny_model
 
 from omnidraft.export import android_pair_vectors as apv
 from omnidraft.export import android_vectors as av
 from omnidraft.runtime.sampling import softmax
 from omnidraft.runtime.tokenizer import load_codec
-from tiny_models import make_tiny_model
 
 COMMITTED = av.VECTOR_DIR / av.PAIR_FILE
 
@@ -42,13 +42,16 @@ def test_committed_runs_replay_through_the_current_loop(committed, codecs):
     assert (committed["drafter_tokenizer"], committed["target_tokenizer"]) == (dc.sha256, tc.sha256)
     for run in committed["runs"]:
         want = {k: v for k, v in run.items() if k != "kept_mass"}
-        assert apv.replay_run(run, dc, tc) == want, f"{run['name']} is stale: run `omnidraft android-vectors --only pair`"
+        assert apv.replay_run(run, dc, tc) == want, (
+            f"{run['name']} is stale: run `omnidraft android-vectors --only pair`"
+        )
 
 
 def test_committed_runs_are_of_the_bundled_weights(committed):
     for side in ("drafter", "target"):
         assert committed[f"{side}_weights_sha256"] == apv.weights_sha256(apv.BUNDLED / side), (
-            f"models/bundled/{side} changed since the pair vectors were written: run `omnidraft android-vectors --only pair`")
+            f"models/bundled/{side} changed since the pair vectors were written: run `omnidraft android-vectors --only pair`"
+        )
 
 
 def test_stored_entries_are_the_models_top_logits(committed):
@@ -60,13 +63,15 @@ def test_stored_entries_are_the_models_top_logits(committed):
         calls = [c for c in run["calls"] if c["m"] == side and c["op"] == "forward"]
         # the target's prompt pass reads no rows; take the first call that did, with what came before it
         n = next(i for i, c in enumerate(calls) if any(r["i"] for r in c["rows"]))
-        assert all(c["start"] == sum(len(p["tokens"]) for p in calls[:i]) for i, c in enumerate(calls[:n + 1]))
-        call, tokens = calls[n], [t for c in calls[:n + 1] for t in c["tokens"]]
+        assert all(c["start"] == sum(len(p["tokens"]) for p in calls[:i]) for i, c in enumerate(calls[: n + 1]))
+        call, tokens = calls[n], [t for c in calls[: n + 1] for t in c["tokens"]]
         row = next(r for r in reversed(call["rows"]) if r["i"])
         at = len(tokens) - len(call["tokens"]) + call["rows"].index(row)
         logits = load_model(apv.BUNDLED / side).backend.forward(tokens, 0)[at]
         top = np.argsort(-logits, kind="stable")[: committed["top_n"]]
-        assert set(top.tolist()) == set(row["i"]), f"{side}: the stored entries are not the model's top {committed['top_n']}"
+        assert set(top.tolist()) == set(row["i"]), (
+            f"{side}: the stored entries are not the model's top {committed['top_n']}"
+        )
         np.testing.assert_allclose(logits[row["i"]], row["v"], atol=1e-4)
 
 
@@ -79,7 +84,9 @@ def test_vectors_show_cache_growth_hits_and_sampled_rejections(committed):
     assert any(rd["accepted"] < len(rd["target_ids"]) for r in sampling for rd in r["rounds"])
     assert {r["config"]["mode"] for r in runs} == {"ngram", "dm", "target-only"}
     size = sum(p.stat().st_size for p in av.VECTOR_DIR.glob("*.json"))
-    assert size < 2_000_000, f"the vector files total {size} bytes; lower TOP_N or max_new_tokens in android_pair_vectors"
+    assert size < 2_000_000, (
+        f"the vector files total {size} bytes; lower TOP_N or max_new_tokens in android_pair_vectors"
+    )
 
 
 class _Fixed:
@@ -92,7 +99,7 @@ class _Fixed:
 
     def forward(self, token_ids, start_pos):
         self.cached_len = start_pos + len(token_ids)
-        return self.base[start_pos:self.cached_len].copy()
+        return self.base[start_pos : self.cached_len].copy()
 
     def rollback(self, length):
         self.cached_len = length
@@ -124,8 +131,15 @@ def test_tiny_pair_vectors_replay_and_a_changed_row_is_noticed(tmp_path, tokeniz
     """End to end on random-weight models: record, write, replay; then perturb one stored logit."""
     d = make_tiny_model(tmp_path / "d", "llama", tokenizer_path("llama-spm"), seed=1, max_pos=256)
     t = make_tiny_model(tmp_path / "t", "qwen2", tokenizer_path("gpt-2"), seed=2, max_pos=256)
-    runs = [("tiny-sample-ngram", "def f(x):", dict(temperature=1.0, draft_len=3, mode="ngram", max_new_tokens=10, seed=1), None),
-            ("tiny-greedy-dm", "def f(x):", dict(temperature=0.0, draft_len=3, mode="dm", max_new_tokens=8), "chain")]
+    runs = [
+        (
+            "tiny-sample-ngram",
+            "def f(x):",
+            dict(temperature=1.0, draft_len=3, mode="ngram", max_new_tokens=10, seed=1),
+            None,
+        ),
+        ("tiny-greedy-dm", "def f(x):", dict(temperature=0.0, draft_len=3, mode="dm", max_new_tokens=8), "chain"),
+    ]
     data = apv.pair_vectors(d, t, top_n=8, runs=runs, progress=False)
     assert data["top_n"] == 8 and data["drafter_weights_sha256"] == apv.weights_sha256(d)
     dc, tc = load_codec(d / "tokenizer.json"), load_codec(t / "tokenizer.json")
@@ -150,8 +164,22 @@ def test_tiny_pair_vectors_replay_and_a_changed_row_is_noticed(tmp_path, tokeniz
 
 
 def test_command_refuses_a_bad_top_n(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "omnidraft.cli", "android-vectors", "--only", "pair", "--top-n", "0",
-                           "--out", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "omnidraft.cli",
+            "android-vectors",
+            "--only",
+            "pair",
+            "--top-n",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1
     assert "--top-n" in proc.stderr and "Traceback" not in proc.stderr
     assert not list(tmp_path.iterdir())

@@ -20,8 +20,9 @@ CASES = [("onnx", "fp32"), ("onnx", "int8"), ("onnx", "int4"), ("executorch", "8
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("inv") / "t", "qwen2", TOK / "gpt2", seed=5, layers=1,
-                           hidden=64, max_pos=128)
+    return make_tiny_model(
+        tmp_path_factory.mktemp("inv") / "t", "qwen2", TOK / "gpt2", seed=5, layers=1, hidden=64, max_pos=128
+    )
 
 
 @pytest.mark.parametrize("fmt,quant", CASES)
@@ -53,9 +54,9 @@ def test_verify_rows_are_bit_identical_to_decode_steps(target, tmp_path, fmt, qu
     for start, m in ((1, 2), (5, 7), (20, 3), (30, 9)):
         be.reset()
         be.forward(ids[:start], 0)
-        together = be.forward(ids[start:start + m], start)
+        together = be.forward(ids[start : start + m], start)
         be.rollback(start)
-        alone = np.stack([be.forward([t], start + i)[0] for i, t in enumerate(ids[start:start + m])])
+        alone = np.stack([be.forward([t], start + i)[0] for i, t in enumerate(ids[start : start + m])])
         assert np.array_equal(together, alone), (start, m)
 
 
@@ -73,7 +74,9 @@ class _ShiftedVerify:
         pass
 
     def forward(self, ids, pos):
-        rows = np.stack([np.sin(np.arange(self.vocab) * (t + 1) + pos + i) for i, t in enumerate(ids)]).astype(np.float32)
+        rows = np.stack([np.sin(np.arange(self.vocab) * (t + 1) + pos + i) for i, t in enumerate(ids)]).astype(
+            np.float32
+        )
         return rows + (self.shift if len(ids) > 1 else 0.0)
 
 
@@ -97,8 +100,9 @@ def test_a_pair_with_a_target_that_is_not_row_stable_says_so(monkeypatch, capsys
 
     def fake_load(path, **kw):
         if path == tmp_path / "drafter":
-            return SimpleNamespace(source="onnx", codec=SimpleNamespace(sha256="d"),
-                                   backend=SimpleNamespace(vocab_size=8))
+            return SimpleNamespace(
+                source="onnx", codec=SimpleNamespace(sha256="d"), backend=SimpleNamespace(vocab_size=8)
+            )
         return SimpleNamespace(info={"quant": "8da4w", "row_stable": False}, codec=SimpleNamespace(sha256="t"))
 
     def stop(*args, **kw):
@@ -124,7 +128,7 @@ def test_row_stable_attention_without_a_mask_is_bottom_right_causal(q_len):
     q, k, v = (torch.randn(1, 2, n, 8, generator=g) for n in (q_len, 5, 5))
     module = torch.nn.Module()
     module.is_causal = True
-    got, _ = _attention(module, q, k, v, None, scaling=8 ** -0.5)
+    got, _ = _attention(module, q, k, v, None, scaling=8**-0.5)
     allowed = torch.arange(5)[None, :] <= torch.arange(q_len)[:, None] + (5 - q_len)
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed).transpose(1, 2)
     assert got.shape == (1, q_len, 2, 8)

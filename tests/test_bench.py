@@ -21,9 +21,26 @@ from omnidraft.bench.metrics import ideal_speedup, projected_speedup, speedup_bo
 from omnidraft.cli import main
 from omnidraft.runtime.ngram_cache import NgramCache
 
-ROW_FIELDS = ("stream", "method", "backend", "status", "draft_len", "acceptance_rate", "tokens_per_step",
-              "ngram_hits_per_step", "tokens_per_s", "speedup", "bound", "bound_ratio", "cost_ratio",
-              "outputs_match_target_only", "cache", "prompts", "new_tokens", "steps")
+ROW_FIELDS = (
+    "stream",
+    "method",
+    "backend",
+    "status",
+    "draft_len",
+    "acceptance_rate",
+    "tokens_per_step",
+    "ngram_hits_per_step",
+    "tokens_per_s",
+    "speedup",
+    "bound",
+    "bound_ratio",
+    "cost_ratio",
+    "outputs_match_target_only",
+    "cache",
+    "prompts",
+    "new_tokens",
+    "steps",
+)
 PEER_FIELDS = ("stream", "name", "tokens_per_s", "speedup_vs_hf_target_only", "outputs_match_target_only")
 
 
@@ -37,9 +54,30 @@ def pair(tmp_path_factory, tokenizer_path):
 
 def _argv(pair, out, *extra):
     d, t = pair
-    return ["bench", "--pair", f"{d},{t}", "--backend", "torch", "--streams", "math", "--prompts", "2",
-            "--max-new-tokens", "8", "--draft-lens", "2,3", "--train-prompts", "2", "--adapt-prompts", "0",
-            "--threads", "1", "--out", str(out), *extra]
+    return [
+        "bench",
+        "--pair",
+        f"{d},{t}",
+        "--backend",
+        "torch",
+        "--streams",
+        "math",
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--draft-lens",
+        "2,3",
+        "--train-prompts",
+        "2",
+        "--adapt-prompts",
+        "0",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +123,12 @@ def test_schema_and_files(report):
     # the stubbed pass hands back the untrained drafter, which has no acceptance head
     assert status["hybrid+adaptive"] == "failed: the adaptation pass left no acceptance head on the drafter"
     assert [r["adaptation"] for r in doc["rows"] if r["method"] == "hybrid"] == [{"train_prompts": 0, "stub": True}]
-    assert {r["method"] for r in doc["rows"] if r["status"] == "ok"} >= {"target-only", "spd-dm", "spd-dm+ngram",
-                                                                         "spd-dm+ngram_pp"}
+    assert {r["method"] for r in doc["rows"] if r["status"] == "ok"} >= {
+        "target-only",
+        "spd-dm",
+        "spd-dm+ngram",
+        "spd-dm+ngram_pp",
+    }
     names = [p["name"] for p in doc["peers"]]
     assert names == ["hf-target-only", "omnidraft-torch", "hf-assisted-uag", "hf-prompt-lookup"]
     for p in doc["peers"]:
@@ -95,17 +137,25 @@ def test_schema_and_files(report):
     ev = doc["cache"]["eviction"]
     assert ev and all(e["stream"] == "math" for e in ev)
     if ev[0]["status"] == "ok":
-        assert [(e["size"], e["policy"]) for e in ev] == [("none", None), ("full", None), ("1/4", "lfu"), ("1/4", "lru"),
-                                                          ("1/2", "lfu"), ("1/2", "lru")]
+        assert [(e["size"], e["policy"]) for e in ev] == [
+            ("none", None),
+            ("full", None),
+            ("1/4", "lfu"),
+            ("1/4", "lru"),
+            ("1/2", "lfu"),
+            ("1/2", "lru"),
+        ]
         caps = {e["size"]: e["capacity"] for e in ev}
         assert caps["1/4"] == max(1, ev[0]["full_entries"] // 4) and all(
-            e["final_entries"] <= e["capacity"] for e in ev if e["size"] in ("1/4", "1/2"))
+            e["final_entries"] <= e["capacity"] for e in ev if e["size"] in ("1/4", "1/2")
+        )
     else:
         assert ev[0]["status"].startswith("skipped")
     assert [k for k, _ in doc["sweep"][0].items()][:4] == ["stream", "method", "backend", "draft_len"]
     # the untrained sweep, then one per adapted fixed-K row that ran (hybrid+lora failed)
     assert [(s["method"], s["draft_len"]) for s in doc["sweep"]] == [
-        (m, k) for m in ("untrained", "l-dm", "hybrid") for k in (2, 3)]
+        (m, k) for m in ("untrained", "l-dm", "hybrid") for k in (2, 3)
+    ]
     md = (out / "bench.md").read_text()
     for heading in ("## 1. Methods", "## 2. Projected", "## 3. Peers", "## 4. N-gram cache"):
         assert heading in md
@@ -127,8 +177,9 @@ def test_derived_figures_are_consistent(report):
             best[sw["method"]] = sw
     for m, r in rows.items():
         assert r["speedup"] == pytest.approx(r["tokens_per_s"] / base["tokens_per_s"], rel=0.01, abs=0.002)
-        assert r["decode_speedup"] == pytest.approx(r["decode_tokens_per_s"] / base["decode_tokens_per_s"], rel=0.01,
-                                                    abs=0.002)
+        assert r["decode_speedup"] == pytest.approx(
+            r["decode_tokens_per_s"] / base["decode_tokens_per_s"], rel=0.01, abs=0.002
+        )
         # Same prompts, same target prompt pass: decode time is wall time less a positive prefill.
         assert 0 < r["prefill_seconds"] < r["seconds"] and r["decode_tokens_per_s"] > r["tokens_per_s"]
         # Greedy cross-vocabulary decoding must reproduce target-only token for token.
@@ -139,14 +190,16 @@ def test_derived_figures_are_consistent(report):
         assert r["draft_len"] == k
         assert r["bound"] == pytest.approx(speedup_bound(r["acceptance_rate"], k, r["cost_ratio"]), rel=1e-3, abs=1e-3)
         assert r["bound_ratio"] == pytest.approx(r["speedup"] / r["bound"], rel=0.01, abs=0.002)
-        assert r["ideal"] == pytest.approx(ideal_speedup(r["tokens_per_step"], r["drafter_calls_per_step"],
-                                                         r["cost_ratio"]), rel=1e-3, abs=1e-3)
+        assert r["ideal"] == pytest.approx(
+            ideal_speedup(r["tokens_per_step"], r["drafter_calls_per_step"], r["cost_ratio"]), rel=1e-3, abs=1e-3
+        )
     proj = {p["method"]: p for p in doc["projected"]}
     assert set(proj) == set(rows) - {"target-only"}
     p = proj["spd-dm"]
     assert p["label"] == "projected"
     assert p["projected_speedup_Llama3-8B"] == pytest.approx(
-        projected_speedup(p["tokens_per_step"], p["drafter_calls_per_step"], 0.02846), rel=1e-3)
+        projected_speedup(p["tokens_per_step"], p["drafter_calls_per_step"], 0.02846), rel=1e-3
+    )
     assert p["paper_speedup_Llama3-8B"] == 0.94  # Table 1, GSM8K, SpD_DM
     peers = {p["name"]: p for p in doc["peers"]}
     # Same engine, same prompt ids: HF's greedy target-only equals ours; UAG and lookup are exact too.
@@ -228,15 +281,35 @@ def test_checks_follow_the_numbers():
     from omnidraft.bench.claims import must_show, ordering
 
     def row(method, acc, speedup=1.0, tps=1.0):
-        return {"stream": "math", "method": method, "status": "ok", "acceptance_rate": acc, "speedup": speedup,
-                "bound": 2.0, "tokens_per_step": tps}
+        return {
+            "stream": "math",
+            "method": method,
+            "status": "ok",
+            "acceptance_rate": acc,
+            "speedup": speedup,
+            "bound": 2.0,
+            "tokens_per_step": tps,
+        }
 
-    rep = {"rows": [row("spd-dm", 0.1), row("spd-dm+ngram", 0.15), row("l-dm", 0.3, tps=1.3),
-                    row("hybrid", 0.25, 1.4, tps=2.9),
-                    row("hybrid+adaptive", 0.35, 0.8)],  # a slower adapted row must not hide the fastest
-           "peers": [{"stream": "math", "name": "omnidraft-ort", "tokens_per_s": 30.0, "method": "hybrid",
-                      "outputs_match_target_only": True},
-                     {"stream": "math", "name": "hf-assisted-uag", "tokens_per_s": 10.0}]}
+    rep = {
+        "rows": [
+            row("spd-dm", 0.1),
+            row("spd-dm+ngram", 0.15),
+            row("l-dm", 0.3, tps=1.3),
+            row("hybrid", 0.25, 1.4, tps=2.9),
+            row("hybrid+adaptive", 0.35, 0.8),
+        ],  # a slower adapted row must not hide the fastest
+        "peers": [
+            {
+                "stream": "math",
+                "name": "omnidraft-ort",
+                "tokens_per_s": 30.0,
+                "method": "hybrid",
+                "outputs_match_target_only": True,
+            },
+            {"stream": "math", "name": "hf-assisted-uag", "tokens_per_s": 10.0},
+        ],
+    }
     o = {c["claim"]: c for c in ordering(rep)}
     assert o["the cache helps the untrained drafter (acceptance)"]["holds"] is True
     assert o["hybrid >= L_DM >= untrained (acceptance)"]["holds"] is False  # 0.3 -> 0.25 drops
@@ -262,7 +335,7 @@ def test_bound_formula():
     assert speedup_bound(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
     assert speedup_bound(0.5, 2, 0.0) == pytest.approx(1.75)
     a, k, c = 0.6, 3, 0.05
-    assert speedup_bound(a, k, c) == pytest.approx(sum(a ** i for i in range(k + 1)) / (1 + c * k))
+    assert speedup_bound(a, k, c) == pytest.approx(sum(a**i for i in range(k + 1)) / (1 + c * k))
     assert speedup_bound(0.9999999, 3, 0.0) == pytest.approx(4.0, rel=1e-5)  # continuous at alpha = 1
     vals = [speedup_bound(x / 10, 4, 0.1) for x in range(11)]
     assert vals == sorted(vals)
@@ -385,8 +458,12 @@ def test_adaptive_row_controller_is_tuned_on_train_prompts_after_the_pass(pair, 
     info = bench.tune_controller(eng, "math", train, eng.drafter, ctl, skip=5)
     assert info["prompts"] == 4  # the 4 train prompts after the pass's 5
     assert len(ctl.history) == 2  # two windows of 2 prompts were observed
-    assert info == {"prompts": 4, "gamma": round(ctl.gamma, 4), "k_max": ctl.k_max,
-                    "drafting": "off" if ctl.k_max == 0 else "on"}
+    assert info == {
+        "prompts": 4,
+        "gamma": round(ctl.gamma, 4),
+        "k_max": ctl.k_max,
+        "drafting": "off" if ctl.k_max == 0 else "on",
+    }
     assert saved.read_bytes() == before
     bench.s.tune_prompts = 0
     untouched = GammaController(gamma=0.5, k_max=4)
@@ -416,6 +493,17 @@ def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
     row = _row("math", "hybrid+adaptive", "ort", off, base, None)
     assert row["acceptance_rate"] is None and row["cost_ratio"] is None and row["drafter_ms_per_call"] is None
     assert row["tokens_per_step"] == 1.0 and row["outputs_match_target_only"] is True and row["bound"] == 1.0
-    drafted = run("hybrid", "ngram", 2, steps=2, new_tokens=3, proposed=4, accepted=1, drafter_calls=4,
-                  drafter_seconds=0.004, seconds=0.03, target_seconds=0.02)
+    drafted = run(
+        "hybrid",
+        "ngram",
+        2,
+        steps=2,
+        new_tokens=3,
+        proposed=4,
+        accepted=1,
+        drafter_calls=4,
+        drafter_seconds=0.004,
+        seconds=0.03,
+        target_seconds=0.02,
+    )
     assert _row("math", "hybrid", "ort", drafted, base, None)["acceptance_rate"] == 0.25

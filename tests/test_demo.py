@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from tiny_models import make_tiny_model
@@ -26,9 +25,14 @@ def test_intact_pair_passes(fake_bundled):
     assert set(bundled.check_bundled()) == {"drafter", "target"}
 
 
-@pytest.mark.parametrize("role,name,damage", [("target", "model.safetensors", "truncate"),
-                                              ("drafter", "tokenizer.json", "delete"),
-                                              ("target", "config.json", "garble")])
+@pytest.mark.parametrize(
+    "role,name,damage",
+    [
+        ("target", "model.safetensors", "truncate"),
+        ("drafter", "tokenizer.json", "delete"),
+        ("target", "config.json", "garble"),
+    ],
+)
 def test_missing_or_damaged_file_is_named_with_a_fix(fake_bundled, role, name, damage):
     f = fake_bundled / role / name
     if damage == "delete":
@@ -58,8 +62,28 @@ def test_unknown_stream_lists_the_valid_ones(capsys):
 
 def test_demo_runs_end_to_end_on_a_tiny_pair(fake_bundled, tmp_path, capsys):
     out = tmp_path / "report"
-    assert main(["demo", "--backend", "torch", "--streams", "math", "--prompts", "2", "--max-new-tokens", "8",
-                 "--adapt-prompts", "3", "--adapt-engine", "eager", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--backend",
+                "torch",
+                "--streams",
+                "math",
+                "--prompts",
+                "2",
+                "--max-new-tokens",
+                "8",
+                "--adapt-prompts",
+                "3",
+                "--adapt-engine",
+                "eager",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     assert "| math | untrained |" in table and "| math | adapted |" in table
     report = json.loads((out / "report.json").read_text())

@@ -16,10 +16,9 @@ import pytest
 from tiny_models import make_tiny_model
 
 from omnidraft.cli import main
-from omnidraft.errors import InvalidArgument, ModelFolderError
+from omnidraft.errors import InvalidArgument, ManifestError, ModelFolderError
 from omnidraft.export import draft_vocab as dv
 from omnidraft.export.pipeline import export_model
-from omnidraft.errors import ManifestError
 from omnidraft.runtime.backends.base import NEG_LOGIT
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.manifest import load_manifest
@@ -28,8 +27,11 @@ from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
 TOK = Path(__file__).resolve().parents[1] / "models" / "tokenizers"
 SIZE = 512
-PROMPTS = ["def add(a, b):\n    return", "Question: Tom has 3 apples and buys 5 more. How many?\nAnswer:",
-           "The quick brown fox jumps over the lazy dog."]
+PROMPTS = [
+    "def add(a, b):\n    return",
+    "Question: Tom has 3 apples and buys 5 more. How many?\nAnswer:",
+    "The quick brown fox jumps over the lazy dog.",
+]
 
 
 def _counts(vocab: int, seed: int = 0) -> np.ndarray:
@@ -47,13 +49,14 @@ def pair(tmp_path_factory) -> dict[str, Path]:
     target = make_tiny_model(root / "t", "qwen2", TOK / "gpt2", seed=2, layers=1, max_pos=256)
     vocab = json.loads((drafter / "config.json").read_text())["vocab_size"]
     dv.write_counts(drafter, _counts(vocab), drafter / "tokenizer.json", "test counts")
-    return {"drafter": drafter, "target": target,
-            "full": export_model(drafter, "onnx", "fp32", 96, root / "full", progress=False).out_dir,
-            "trim": export_model(drafter, "onnx", "fp32", 96, root / "trim", progress=False,
-                                 draft_vocab=SIZE).out_dir,
-            "trim8": export_model(drafter, "onnx", "int8", 96, root / "trim8", progress=False,
-                                  draft_vocab=SIZE).out_dir,
-            "target-onnx": export_model(target, "onnx", "int8", 96, root / "t-onnx", progress=False).out_dir}
+    return {
+        "drafter": drafter,
+        "target": target,
+        "full": export_model(drafter, "onnx", "fp32", 96, root / "full", progress=False).out_dir,
+        "trim": export_model(drafter, "onnx", "fp32", 96, root / "trim", progress=False, draft_vocab=SIZE).out_dir,
+        "trim8": export_model(drafter, "onnx", "int8", 96, root / "trim8", progress=False, draft_vocab=SIZE).out_dir,
+        "target-onnx": export_model(target, "onnx", "int8", 96, root / "t-onnx", progress=False).out_dir,
+    }
 
 
 def test_choose_ranks_by_count_keeps_specials_and_reports_coverage(pair):
@@ -62,7 +65,7 @@ def test_choose_ranks_by_count_keeps_specials_and_reports_coverage(pair):
     v = dv.choose(folder, SIZE, counts.size, [0, 1, 2])
     assert len(v.kept) == SIZE and list(v.kept) == sorted(v.kept) and {0, 1, 2} <= set(v.kept.tolist())
     order = np.lexsort((np.arange(counts.size), -counts))
-    assert set(order[:SIZE - 3].tolist()) - {0, 1, 2} <= set(v.kept.tolist())
+    assert set(order[: SIZE - 3].tolist()) - {0, 1, 2} <= set(v.kept.tolist())
     assert v.coverage == pytest.approx(counts[v.kept].sum() / counts.sum())
     entry = v.manifest_entry()
     assert entry["size"] == SIZE and entry["of"] == counts.size and entry["kept"] == v.kept.tolist()
@@ -72,8 +75,9 @@ def test_export_keeps_the_signature_and_the_kept_columns(pair):
     m = load_manifest(pair["trim"])
     assert m.draft_vocab["size"] == SIZE and m.draft_vocab["source"] == dv.COUNTS_FILE
     assert "--draft-vocab 512" in m.export_command and m.outputs == load_manifest(pair["full"]).outputs
-    kept = dv.choose(pair["drafter"], SIZE, m.vocab_size, dv.special_ids(pair["drafter"], m.bos_token_id,
-                                                                          m.eos_token_ids)).kept
+    kept = dv.choose(
+        pair["drafter"], SIZE, m.vocab_size, dv.special_ids(pair["drafter"], m.bos_token_id, m.eos_token_ids)
+    ).kept
     assert m.draft_vocab["kept"] == kept.tolist()
     full, trim = load_model(pair["full"]).backend, load_model(pair["trim"]).backend
     assert trim.session.get_outputs()[0].shape[-1] == SIZE  # the graph scores the kept tokens only
@@ -88,15 +92,17 @@ def test_export_keeps_the_signature_and_the_kept_columns(pair):
 
 def test_trimmed_drafter_drafts_only_kept_tokens_and_output_is_exact(pair):
     tgt, drf = load_model(pair["target-onnx"]), load_model(pair["trim8"])
-    kept = set(dv.choose(pair["drafter"], SIZE, drf.backend.vocab_size,
-                         dv.special_ids(pair["drafter"], 1, [2])).kept.tolist())
+    kept = set(
+        dv.choose(pair["drafter"], SIZE, drf.backend.vocab_size, dv.special_ids(pair["drafter"], 1, [2])).kept.tolist()
+    )
     dec = SpeculativeDecoder(tgt, drf, NgramCache(drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size))
     drafted = []
     for k, prompt in enumerate(PROMPTS):
         ref = dec.generate(prompt, DecodeConfig(max_new_tokens=16, mode="target-only"))
         for temp in (0.0, 0.8):
-            out = dec.generate(prompt, DecodeConfig(max_new_tokens=16, draft_len=2 + k, temperature=temp, seed=k),
-                               trace=True)
+            out = dec.generate(
+                prompt, DecodeConfig(max_new_tokens=16, draft_len=2 + k, temperature=temp, seed=k), trace=True
+            )
             if temp == 0:
                 assert out.token_ids == ref.token_ids, prompt
             drafted += [d for r in out.rounds for d in r["draft"]]
@@ -131,12 +137,28 @@ def test_bad_sizes_counts_and_corpora_are_refused(pair, tmp_path, capsys):
     with pytest.raises(ModelFolderError, match="another tokenizer"):
         export_model(bare, "onnx", "fp32", 96, tmp_path / "x", progress=False, draft_vocab=SIZE)
     with pytest.raises(InvalidArgument, match="does not exist"):
-        export_model(bare, "onnx", "fp32", 96, tmp_path / "x", progress=False, draft_vocab=SIZE,
-                     vocab_corpus=tmp_path / "none.txt")
+        export_model(
+            bare,
+            "onnx",
+            "fp32",
+            96,
+            tmp_path / "x",
+            progress=False,
+            draft_vocab=SIZE,
+            vocab_corpus=tmp_path / "none.txt",
+        )
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00abc")
     with pytest.raises(InvalidArgument, match="UTF-8"):
-        export_model(bare, "onnx", "fp32", 96, tmp_path / "x", progress=False, draft_vocab=SIZE,
-                     vocab_corpus=tmp_path / "bin.txt")
+        export_model(
+            bare,
+            "onnx",
+            "fp32",
+            96,
+            tmp_path / "x",
+            progress=False,
+            draft_vocab=SIZE,
+            vocab_corpus=tmp_path / "bin.txt",
+        )
     with pytest.raises(InvalidArgument, match="add --draft-vocab"):
         export_model(bare, "onnx", "fp32", 96, tmp_path / "x", progress=False, vocab_corpus=tmp_path / "bin.txt")
     code = main(["export", "--model", str(d), "--format", "onnx", "--draft-vocab", "10", "--out", str(tmp_path / "y")])
@@ -154,8 +176,9 @@ def test_a_corpus_ranks_the_tokens(pair, tmp_path):
 
 
 def test_executorch_llm_path_trims_too(pair, tmp_path):
-    out = export_model(pair["drafter"], "executorch", "fp32", 96, tmp_path / "pte", progress=False,
-                       et_path="llm", draft_vocab=SIZE).out_dir
+    out = export_model(
+        pair["drafter"], "executorch", "fp32", 96, tmp_path / "pte", progress=False, et_path="llm", draft_vocab=SIZE
+    ).out_dir
     m = load_manifest(out)
     assert m.draft_vocab["size"] == SIZE and m.parity["max_abs_diff"] <= 1e-4
     logits = load_model(out).backend.forward([5, 17, 300], 0)

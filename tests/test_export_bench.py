@@ -28,8 +28,25 @@ def test_plan_validates_and_expands():
 
 def test_bench_export_table(tmp_path, capsys):
     hf = make_tiny_model(tmp_path / "hf", "llama", GPT2, seed=4, max_pos=128)
-    code = main(["bench-export", "--model", str(hf), "--out", str(tmp_path / "b"), "--formats", "onnx",
-                 "--quants", "fp32,int4", "--max-seq-len", "48", "--context", "24", "--repeats", "3"])
+    code = main(
+        [
+            "bench-export",
+            "--model",
+            str(hf),
+            "--out",
+            str(tmp_path / "b"),
+            "--formats",
+            "onnx",
+            "--quants",
+            "fp32,int4",
+            "--max-seq-len",
+            "48",
+            "--context",
+            "24",
+            "--repeats",
+            "3",
+        ]
+    )
     assert code == 0
     res = json.loads((tmp_path / "b" / "bench_export.json").read_text())
     rows = {(r["format"], r["quant"]): r for r in res["rows"]}
@@ -43,7 +60,28 @@ def test_bench_export_table(tmp_path, capsys):
     assert md.count("| onnx |") == 2 and "k=8 ms" in md
     assert "| onnx | int4 |" in capsys.readouterr().out
     # --reuse measures the existing exports again without re-exporting them
-    assert main(["bench-export", "--model", str(hf), "--out", str(tmp_path / "b"), "--formats", "onnx",
-                 "--quants", "int4", "--max-seq-len", "48", "--context", "24", "--repeats", "3", "--reuse"]) == 0
+    assert (
+        main(
+            [
+                "bench-export",
+                "--model",
+                str(hf),
+                "--out",
+                str(tmp_path / "b"),
+                "--formats",
+                "onnx",
+                "--quants",
+                "int4",
+                "--max-seq-len",
+                "48",
+                "--context",
+                "24",
+                "--repeats",
+                "3",
+                "--reuse",
+            ]
+        )
+        == 0
+    )
     again = json.loads((tmp_path / "b" / "bench_export.json").read_text())["rows"]
     assert len(again) == 1 and again[0]["export_s"] is None

@@ -28,8 +28,12 @@ CASES = [("llama", "fp32", "none"), ("llama", "8da4w", "none"), ("qwen2", "8da8w
 def exports(tmp_path_factory) -> dict[tuple[str, str, str], Path]:
     root = tmp_path_factory.mktemp("et")
     hf = {a: make_tiny_model(root / f"hf-{a}", a, GPT2, seed=5, layers=1, max_pos=128) for a in ("llama", "qwen2")}
-    return {(a, q, e): export_model(hf[a], "executorch", q, 32, root / f"{a}-{q}-{e}", embedding_quant=e,
-                                    progress=False).out_dir for a, q, e in CASES}
+    return {
+        (a, q, e): export_model(
+            hf[a], "executorch", q, 32, root / f"{a}-{q}-{e}", embedding_quant=e, progress=False
+        ).out_dir
+        for a, q, e in CASES
+    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(c) for c in CASES])
@@ -73,8 +77,16 @@ def test_group_size_misfit_layers_are_skipped_and_named():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     # hidden 48: q/k/v/o/gate/up have in_features 48 (no 32-group fits), down_proj has 96 = 3 x 32
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=1,
-                                         num_attention_heads=4, num_key_value_heads=2)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=48,
+            intermediate_size=96,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    ).eval()
     skipped = torchao_quantize(model, "8da4w")
     assert "model.layers.0.mlp.down_proj" not in skipped
     assert {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj", "lm_head"} <= set(skipped)
@@ -93,8 +105,14 @@ def test_llm_path_refuses_models_it_cannot_express(tmp_path):
     hf = make_tiny_model(tmp_path / "hf", "llama", GPT2, seed=5, layers=1, max_pos=128)
     assert unsupported_reason(inspect_folder(hf)) is None
     cfg = json.loads((hf / "config.json").read_text())
-    cfg["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    cfg["rope_parameters"] = {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
     (hf / "config.json").write_text(json.dumps(cfg))
     assert "rope type 'llama3'" in unsupported_reason(inspect_folder(hf))
     with pytest.raises(InvalidArgument, match="--et-path static"):

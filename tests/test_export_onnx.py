@@ -169,15 +169,30 @@ def test_gate_checks_are_strict():
 
 
 def test_cli_prints_one_line_and_exits_1(tiny, tmp_path, capsys):
-    code = main(["export", "--model", str(tiny["qwen2"]), "--format", "onnx", "--quant", "int3",
-                 "--out", str(tmp_path / "x")])
+    code = main(
+        ["export", "--model", str(tiny["qwen2"]), "--format", "onnx", "--quant", "int3", "--out", str(tmp_path / "x")]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "choose one of: fp32, int8, int4" in err[0]
 
 
 def test_cli_export_summary(tiny, tmp_path, capsys):
-    code = main(["export", "--model", str(tiny["qwen2"]), "--format", "onnx", "--quant", "int4",
-                 "--max-seq-len", "48", "--out", str(tmp_path / "x"), "--no-progress"])
+    code = main(
+        [
+            "export",
+            "--model",
+            str(tiny["qwen2"]),
+            "--format",
+            "onnx",
+            "--quant",
+            "int4",
+            "--max-seq-len",
+            "48",
+            "--out",
+            str(tmp_path / "x"),
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0 and len(out) == 1
     assert "onnx/int4 Qwen2ForCausalLM" in out[0] and "MiB" in out[0] and "top-1" in out[0]

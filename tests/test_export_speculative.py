@@ -16,7 +16,7 @@ from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
 TOK = Path(__file__).resolve().parents[1] / "models" / "tokenizers"
 PROMPTS = [
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "Question: Tom has 3 apples and buys 5 more. How many apples does he have?\nAnswer:",
     "The quick brown fox jumps over the lazy dog.",
     "Ünïcödé àccents: café, naïve, façade",
@@ -32,8 +32,7 @@ def exported(tmp_path_factory) -> dict[str, Path]:
     return {
         "drafter-onnx-int4": export_model(drafter, "onnx", "int4", 96, root / "d-onnx", progress=False).out_dir,
         "target-onnx-int8": export_model(target, "onnx", "int8", 96, root / "t-onnx", progress=False).out_dir,
-        "target-pte-8da8w": export_model(target, "executorch", "8da8w", 96, root / "t-pte",
-                                         progress=False).out_dir,
+        "target-pte-8da8w": export_model(target, "executorch", "8da8w", 96, root / "t-pte", progress=False).out_dir,
     }
 
 

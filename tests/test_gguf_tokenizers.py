@@ -25,11 +25,17 @@ def _load(folder: Path) -> Tokenizer:
 def _check_vectors(tok: Tokenizer, name: str) -> None:
     vectors = gt.read_test_vectors(name)
     assert len(vectors) == 46
-    bad_enc = [(t, ids, tok.encode(t, add_special_tokens=False).ids) for t, ids in vectors
-               if tok.encode(t, add_special_tokens=False).ids != ids]
+    bad_enc = [
+        (t, ids, tok.encode(t, add_special_tokens=False).ids)
+        for t, ids in vectors
+        if tok.encode(t, add_special_tokens=False).ids != ids
+    ]
     assert not bad_enc, f"{name}: {len(bad_enc)}/46 vectors differ, first: {bad_enc[0]}"
-    bad_dec = [(t, tok.decode(ids, skip_special_tokens=False)) for t, ids in vectors
-               if tok.decode(ids, skip_special_tokens=False) != t]
+    bad_dec = [
+        (t, tok.decode(ids, skip_special_tokens=False))
+        for t, ids in vectors
+        if tok.decode(ids, skip_special_tokens=False) != t
+    ]
     assert not bad_dec, f"{name}: {len(bad_dec)}/46 do not decode back, first: {bad_dec[0]}"
 
 
@@ -89,11 +95,13 @@ def _fake_sdist(cache: Path, gguf_bytes: bytes) -> None:
     sdist = cache / "sdist"
     sdist.mkdir(parents=True)
     root = f"llama_cpp_python-{gt.SDIST_VERSION}"
-    files = {f"{root}/vendor/llama.cpp/models/ggml-vocab-gpt-2.gguf": gguf_bytes,
-             f"{root}/vendor/llama.cpp/models/ggml-vocab-gpt-2.gguf.inp": b"a\n__ggml_vocab_test__\n",
-             f"{root}/vendor/llama.cpp/models/ggml-vocab-gpt-2.gguf.out": b" 64\n",
-             f"{root}/vendor/llama.cpp/src/llama.cpp": b"int main;",
-             f"{root}/vendor/llama.cpp/models/templates/x.jinja": b"{{ x }}"}
+    files = {
+        f"{root}/vendor/llama.cpp/models/ggml-vocab-gpt-2.gguf": gguf_bytes,
+        f"{root}/vendor/llama.cpp/models/ggml-vocab-gpt-2.gguf.inp": b"a\n__ggml_vocab_test__\n",
+        f"{root}/vendor/llama.cpp/models/ggml-vocab-gpt-2.gguf.out": b" 64\n",
+        f"{root}/vendor/llama.cpp/src/llama.cpp": b"int main;",
+        f"{root}/vendor/llama.cpp/models/templates/x.jinja": b"{{ x }}",
+    }
     with tarfile.open(sdist / f"{root}.tar.gz", "w:gz") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
@@ -108,7 +116,10 @@ def test_fetch_extracts_only_vocab_files_and_bad_gguf_raises(tmp_path: Path, mon
     folder = gt.fetch_sdist()
     assert folder == tmp_path / "llama-vocab"
     assert sorted(p.name for p in folder.iterdir()) == [
-        "ggml-vocab-gpt-2.gguf", "ggml-vocab-gpt-2.gguf.inp", "ggml-vocab-gpt-2.gguf.out"]
+        "ggml-vocab-gpt-2.gguf",
+        "ggml-vocab-gpt-2.gguf.inp",
+        "ggml-vocab-gpt-2.gguf.out",
+    ]
     assert gt.read_test_vectors("gpt-2") == [("a", [64])]
     with pytest.raises(TokenizerError, match="cannot read"):
         gt.get_tokenizer_dir("gpt-2")

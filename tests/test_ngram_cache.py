@@ -21,8 +21,13 @@ def make(capacity=None, policy="lfu"):
 
 
 @settings(max_examples=60, deadline=None)
-@given(cap=st.integers(1, 8), ops=st.lists(st.tuples(st.lists(st.integers(0, W - 1), min_size=1, max_size=3),
-                                                    st.integers(0, T - 1), st.booleans()), max_size=80))
+@given(
+    cap=st.integers(1, 8),
+    ops=st.lists(
+        st.tuples(st.lists(st.integers(0, W - 1), min_size=1, max_size=3), st.integers(0, T - 1), st.booleans()),
+        max_size=80,
+    ),
+)
 def test_capacity_is_never_exceeded_and_refs_stay_consistent(cap, ops):
     c = make(cap)
     for key, t, hit in ops:

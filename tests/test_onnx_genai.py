@@ -24,8 +24,12 @@ from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
 TOK = Path(__file__).resolve().parents[1] / "models" / "tokenizers"
-PROMPTS = ["def add(a, b):\n    return", "Question: Tom has 3 apples and buys 5 more. How many?\nAnswer:",
-           "The quick brown fox jumps over the lazy dog.", "Ünïcödé àccents: café, naïve"]
+PROMPTS = [
+    "def add(a, b):\n    return",
+    "Question: Tom has 3 apples and buys 5 more. How many?\nAnswer:",
+    "The quick brown fox jumps over the lazy dog.",
+    "Ünïcödé àccents: café, naïve",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +43,15 @@ def built(tmp_path_factory) -> dict[str, Path]:
     counts[np.random.default_rng(0).permutation(vocab)[:2000]] = np.arange(2000, 0, -1)
     dv.write_counts(drafter, counts, drafter / "tokenizer.json", "test counts")
     out = {"drafter": drafter, "target": target}
-    for name, folder, quant, kw in (("t-int8", target, "int8", {}), ("t-fp32", target, "fp32", {}),
-                                    ("d-int8", drafter, "int8", {"draft_vocab": 256}),
-                                    ("d-int4", drafter, "int4", {"draft_vocab": 256})):
-        out[name] = export_model(folder, "onnx", quant, 96, root / name, progress=False, onnx_path="genai",
-                                 min_top1=0.0, **kw).out_dir
+    for name, folder, quant, kw in (
+        ("t-int8", target, "int8", {}),
+        ("t-fp32", target, "fp32", {}),
+        ("d-int8", drafter, "int8", {"draft_vocab": 256}),
+        ("d-int4", drafter, "int4", {"draft_vocab": 256}),
+    ):
+        out[name] = export_model(
+            folder, "onnx", quant, 96, root / name, progress=False, onnx_path="genai", min_top1=0.0, **kw
+        ).out_dir
     return out
 
 
@@ -65,8 +73,9 @@ def test_padding_makes_decode_rows_equal_verify_rows(built):
     m = load_manifest(built["t-int8"])
     sched = parity.parity_tokens(built["t-int8"] / "tokenizer.json", m.vocab_size, m.max_seq_len)
     padded = parity.measure_batch_invariance(OrtBackend(built["t-int8"], m), sched, m.max_seq_len)
-    plain = parity.measure_batch_invariance(OrtBackend(built["t-int8"], replace(m, pad_single_row=False)), sched,
-                                            m.max_seq_len)
+    plain = parity.measure_batch_invariance(
+        OrtBackend(built["t-int8"], replace(m, pad_single_row=False)), sched, m.max_seq_len
+    )
     assert padded["verify_vs_decode_max_abs_diff"] <= min(1e-5, plain["verify_vs_decode_max_abs_diff"])
 
 
@@ -103,8 +112,9 @@ def test_an_acceptance_head_rides_in_the_builder_graph(built, tmp_path):
     d = built["drafter"]
     vocab = json.loads((d / "config.json").read_text())["vocab_size"]
     head_dir = save_head(random_head(64, vocab_size=vocab), tmp_path / "head", drafter_identity(d), {"note": "test"})
-    out = export_model(d, "onnx", "fp32", 96, tmp_path / "e", progress=False, onnx_path="genai", accept_head=head_dir,
-                       draft_vocab=256)
+    out = export_model(
+        d, "onnx", "fp32", 96, tmp_path / "e", progress=False, onnx_path="genai", accept_head=head_dir, draft_vocab=256
+    )
     m = load_manifest(out.out_dir)
     assert m.outputs[-1] == "accept_logits" and m.parity["accept_head"]["max_abs_diff"] < 1e-4
     drf, eager = load_model(out.out_dir), load_model(d, accept_head=head_dir)
@@ -127,11 +137,13 @@ def test_models_the_builder_cannot_take_are_refused_or_fall_back(tmp_path, capsy
     wide = make_tiny_model(tmp_path / "w", "llama", TOK / "gpt2", seed=3, hidden=64, max_pos=128)
     with pytest.raises(InvalidArgument, match="below max_position_embeddings"):
         export_model(wide, "onnx", "fp32", 128, tmp_path / "z", progress=False, onnx_path="genai")
-    code = main(["export", "--model", str(wide), "--format", "onnx", "--onnx-path", "tvm",
-                 "--out", str(tmp_path / "v")])
+    code = main(
+        ["export", "--model", str(wide), "--format", "onnx", "--onnx-path", "tvm", "--out", str(tmp_path / "v")]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "choose one of: auto, genai, torch" in err[0]
-    code = main(["export", "--model", str(wide), "--format", "executorch", "--onnx-path", "genai",
-                 "--out", str(tmp_path / "v")])
+    code = main(
+        ["export", "--model", str(wide), "--format", "executorch", "--onnx-path", "genai", "--out", str(tmp_path / "v")]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "--onnx-path applies to --format onnx only" in err[0]

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 from tiny_models import ScriptedDrafter, make_tiny_model
 
-from omnidraft.runtime import translate as translate_mod
 from omnidraft.runtime import speculative as spec_mod
 from omnidraft.runtime.loader import LoadedModel, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
 PROMPTS = [
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "for i in range(10):\n\tprint(i ** 2, end=', ')",
     "import numpy as np\nx = np.zeros((3, 4))",
     "class Stack:\n    def __init__(self):\n        self.items = []",
@@ -35,8 +34,11 @@ PROMPTS = [
     "The quick brown fox jumps over the lazy dog.",
     "<html><body><p>Hello</p></body></html>",
 ]
-PAIRS = [("llama", "llama-spm", "qwen2", "qwen2"), ("llama", "llama-spm", "llama", "llama-bpe"),
-         ("llama", "llama-spm", "qwen2", "gpt-2")]
+PAIRS = [
+    ("llama", "llama-spm", "qwen2", "qwen2"),
+    ("llama", "llama-spm", "llama", "llama-bpe"),
+    ("llama", "llama-spm", "qwen2", "gpt-2"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +117,9 @@ def test_scripted_drafter_merges_cached_ngrams_and_they_are_accepted(models, tmp
     assert dm.token_ids == ref.token_ids and dm.stats.ngram_hits == 0
     assert out.stats.acceptance_rate > dm.stats.acceptance_rate  # the cache removes the false rejections
     cache.save(tmp_path / "cache.json")
-    again = NgramCache.load(tmp_path / "cache.json", drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size,
-                            tgt.backend.vocab_size)
+    again = NgramCache.load(
+        tmp_path / "cache.json", drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size, tgt.backend.vocab_size
+    )
     assert sorted(again.items()) == sorted(cache.items())
 
 
@@ -178,6 +181,7 @@ def test_target_budget_caps_a_long_split(models):
 
 # ---- sampling: the acceptance rule (paper Eq. 1-2) tested statistically -----------------------------
 
+
 class TableBackend:
     """Logits that depend on (last token, position) and put mass on a small vocabulary slice."""
 
@@ -215,8 +219,12 @@ def _sampling_pair(models):
     unmapped_t = [i for i in range(5000, 6000) if vm.t2d[i] < 0][:2]
     t_support = mapped_t + unmapped_t
     d_support = vm.t2d[mapped_t].tolist() + sorted(drf_hf.codec.byte_fallback)[:2]  # two untranslatable
-    tgt = LoadedModel(TableBackend(tgt_hf.backend.vocab_size, t_support, 1), tgt_hf.codec, frozenset(), tgt_hf.path, "t")
-    drf = LoadedModel(TableBackend(drf_hf.backend.vocab_size, d_support, 2), drf_hf.codec, frozenset(), drf_hf.path, "d")
+    tgt = LoadedModel(
+        TableBackend(tgt_hf.backend.vocab_size, t_support, 1), tgt_hf.codec, frozenset(), tgt_hf.path, "t"
+    )
+    drf = LoadedModel(
+        TableBackend(drf_hf.backend.vocab_size, d_support, 2), drf_hf.codec, frozenset(), drf_hf.path, "d"
+    )
     return tgt, drf, t_support
 
 
@@ -224,7 +232,9 @@ def _joint_counts(dec, mode, n, t_support, length=2):
     idx = {t: i for i, t in enumerate(t_support)}
     counts = np.zeros((len(t_support),) * length)
     for seed in range(n):
-        out = dec.generate("ab", DecodeConfig(max_new_tokens=length, temperature=1.0, mode=mode, seed=seed, draft_len=3))
+        out = dec.generate(
+            "ab", DecodeConfig(max_new_tokens=length, temperature=1.0, mode=mode, seed=seed, draft_len=3)
+        )
         counts[tuple(idx[t] for t in out.token_ids)] += 1
     return counts / n
 
@@ -232,11 +242,13 @@ def _joint_counts(dec, mode, n, t_support, length=2):
 def _exact_target_joint(tgt, t_support, prompt_ids):
     be = tgt.backend
     p1_logits = be.forward(prompt_ids, 0)[-1][t_support]
-    p1 = np.exp(p1_logits - p1_logits.max()); p1 /= p1.sum()
+    p1 = np.exp(p1_logits - p1_logits.max())
+    p1 /= p1.sum()
     joint = np.zeros((len(t_support), len(t_support)))
     for i, t in enumerate(t_support):
         row = be.table[t % 7, len(prompt_ids) % 5]
-        p2 = np.exp(row - row.max()); p2 /= p2.sum()
+        p2 = np.exp(row - row.max())
+        p2 /= p2.sum()
         joint[i] = p1[i] * p2
     be.reset()
     return joint
@@ -280,7 +292,7 @@ def test_masked_argmax_matches_the_masked_copy_including_ties():
     from omnidraft.runtime.sampling import masked_argmax
 
     rng = np.random.default_rng(0)
-    for trial in range(400):
+    for _ in range(400):
         n = int(rng.integers(2, 50))
         logits = rng.integers(-3, 3, size=n).astype(np.float32)  # many ties
         mask = rng.random(n + int(rng.integers(0, 3))) < rng.uniform(0.2, 1.0)  # may be longer than the vocab

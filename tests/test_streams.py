@@ -45,11 +45,15 @@ def test_training_data_excludes_test_material():
 
 
 def test_prompt_shapes():
-    assert all(p.prompt.startswith("Question: ") and p.prompt.endswith("\nAnswer:")
-               for p in streams.load_stream("math", "test"))
+    assert all(
+        p.prompt.startswith("Question: ") and p.prompt.endswith("\nAnswer:")
+        for p in streams.load_stream("math", "test")
+    )
     assert all(p.reference.rstrip().splitlines()[-1].startswith("#### ") for p in streams.load_stream("math", "test"))
-    assert all(p.prompt.lstrip().startswith(("def ", "async def ", "from ", "import ", "\n"))
-               or "def " in p.prompt for p in streams.load_stream("code", "test"))
+    assert all(
+        p.prompt.lstrip().startswith(("def ", "async def ", "from ", "import ", "\n")) or "def " in p.prompt
+        for p in streams.load_stream("code", "test")
+    )
 
 
 def test_unknown_stream_lists_valid_names():
@@ -61,17 +65,22 @@ def test_unknown_stream_lists_valid_names():
 
 def test_stream_file(tmp_path):
     f = tmp_path / "s.jsonl"
-    f.write_text(json.dumps({"prompt": "Hello"}) + "\n\n" + json.dumps({"prompt": "def f():", "reference": "  pass"}) + "\n")
+    f.write_text(
+        json.dumps({"prompt": "Hello"}) + "\n\n" + json.dumps({"prompt": "def f():", "reference": "  pass"}) + "\n"
+    )
     ps = streams.load_stream_file(f)
     assert [p.prompt for p in ps] == ["Hello", "def f():"] and ps[1].reference == "  pass"
 
 
-@pytest.mark.parametrize("content, match", [
-    ("", "empty"),
-    ('{"prompt": "ok"}\n{not json}\n', "line 2"),
-    ('{"prompt": "ok"}\n{"text": "no prompt"}\n', "line 2"),
-    ('["prompt"]\n', "line 1"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("", "empty"),
+        ('{"prompt": "ok"}\n{not json}\n', "line 2"),
+        ('{"prompt": "ok"}\n{"text": "no prompt"}\n', "line 2"),
+        ('["prompt"]\n', "line 1"),
+    ],
+)
 def test_bad_stream_files(tmp_path, content, match):
     f = tmp_path / "bad.jsonl"
     f.write_text(content)

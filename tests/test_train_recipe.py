@@ -2,7 +2,6 @@
 weights of an uninterrupted run; the export is a loadable half-precision HF folder."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,33 @@ GPT2 = Path(T.MODELS_DIR) / "tokenizers" / "gpt2" / "tokenizer.json"
 
 def tiny_recipe() -> dict:
     return {
-        "name": "tiny", "arch": "qwen2", "tokenizer": str(GPT2), "commit_tokenizer": True,
-        "model": {"vocab_size": 50257, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
-                  "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 128,
-                  "tie_word_embeddings": True},
+        "name": "tiny",
+        "arch": "qwen2",
+        "tokenizer": str(GPT2),
+        "commit_tokenizer": True,
+        "model": {
+            "vocab_size": 50257,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 128,
+            "tie_word_embeddings": True,
+        },
         "data": {"mix": {"math": 1.0}, "seq_len": 32, "eos_id": 50256, "chars_per_token": 3},
-        "train": {"seed": 7, "steps": 6, "batch_size": 2, "lr": 0.01, "min_lr_ratio": 0.1, "warmup_steps": 2,
-                  "weight_decay": 0.1, "grad_clip": 1.0, "checkpoint_every": 2, "threads": 1},
+        "train": {
+            "seed": 7,
+            "steps": 6,
+            "batch_size": 2,
+            "lr": 0.01,
+            "min_lr_ratio": 0.1,
+            "warmup_steps": 2,
+            "weight_decay": 0.1,
+            "grad_clip": 1.0,
+            "checkpoint_every": 2,
+            "threads": 1,
+        },
         "export": {"dtype": "float16"},
     }
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.tokenizer import load_codec
-from omnidraft.runtime.translate import (DrafterContext, harvest_ngrams, proposal_prob, q_prime_full, translate)
+from omnidraft.runtime.translate import DrafterContext, harvest_ngrams, proposal_prob, q_prime_full, translate
 from omnidraft.runtime.vocab import build_vocab_map, string_intersection_size
 
 
@@ -122,11 +122,11 @@ def test_reverse_translation_round_trips_text(spm, prompt, pieces, cut):
     context spelling exactly the accepted text, with consistent byte offsets."""
     ctx = DrafterContext(spm, prompt, lookbehind=4)
     data = "".join(pieces).encode("utf-8")
-    chunks = [data[i:i + 1 + cut] for i in range(0, len(data), 1 + cut)]
+    chunks = [data[i : i + 1 + cut] for i in range(0, len(data), 1 + cut)]
     for ch in chunks:
         window = ctx.append(ch)
         for tid, a, b in window:
-            assert ctx.text[a:b] == spm.token_bytes[tid][-(b - a):] if b > a else True
+            assert ctx.text[a:b] == spm.token_bytes[tid][-(b - a) :] if b > a else True
     full = (prompt + "".join(pieces)).encode("utf-8")
     spelled = spm.spell(ctx.tokens)
     assert spelled in (full, b" " + full)  # SentencePiece spells its prepended "▁" as a space

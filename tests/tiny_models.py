@@ -10,8 +10,9 @@ import numpy as np
 ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
 
-def make_tiny_model(folder: Path, arch: str, tokenizer_dir: Path, seed: int = 0, hidden: int = 32,
-                    layers: int = 2, max_pos: int = 512) -> Path:
+def make_tiny_model(
+    folder: Path, arch: str, tokenizer_dir: Path, seed: int = 0, hidden: int = 32, layers: int = 2, max_pos: int = 512
+) -> Path:
     """Save a random-weight model whose vocabulary matches ``tokenizer_dir`` (cached if present)."""
     folder = Path(folder)
     if (folder / "model.safetensors").is_file():
@@ -23,9 +24,17 @@ def make_tiny_model(folder: Path, arch: str, tokenizer_dir: Path, seed: int = 0,
 
     codec = load_codec(tokenizer_dir)
     eos = sorted(codec.eos_ids)[0] if codec.eos_ids else 0
-    common = dict(vocab_size=codec.vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
-                  num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=max_pos, eos_token_id=eos, tie_word_embeddings=True)
+    common = dict(
+        vocab_size=codec.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_pos,
+        eos_token_id=eos,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common))

@@ -13,47 +13,94 @@ HELP = "adapt the drafter online to a target on a prompt stream (hybrid distilla
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", type=Path, required=True, help="drafter Hugging Face folder (the base weights)")
     p.add_argument("--target", type=Path, required=True, help="target: HF folder or export folder")
-    p.add_argument("--stream", required=True, help="code | math | text, or a JSONL file of {\"prompt\": ...} lines")
+    p.add_argument("--stream", required=True, help='code | math | text, or a JSONL file of {"prompt": ...} lines')
     p.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md, acceptance.png")
-    p.add_argument("--state", type=Path, help="per-target state (adapter, merged drafter, n-gram cache); default OUT/state")
+    p.add_argument(
+        "--state", type=Path, help="per-target state (adapter, merged drafter, n-gram cache); default OUT/state"
+    )
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--full-ft", action="store_true", help="fine-tune all drafter weights (eager) instead of LoRA")
-    p.add_argument("--loss", default="hybrid", help="hybrid (reverse KL on DM tokens + 0.2 NLL on n-grams) | dm | "
-                   "hybrid-dynamic (the NLL of each n-gram weighted by the target's p of it instead of 0.2) | none (drafter frozen; with --train-head, the acceptance head only)")
+    p.add_argument(
+        "--loss",
+        default="hybrid",
+        help="hybrid (reverse KL on DM tokens + 0.2 NLL on n-grams) | dm | "
+        "hybrid-dynamic (the NLL of each n-gram weighted by the target's p of it instead of 0.2) | none (drafter frozen; with --train-head, the acceptance head only)",
+    )
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per drafter update (= batch size)")
     p.add_argument("--steps-per-update", type=int, default=1)
     p.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-4 LoRA, 2e-5 full FT)")
-    p.add_argument("--distill-temperature", type=float, default=1.0,
-                   help="temperature of the target distribution in the reverse KL (1 = the model's own)")
-    p.add_argument("--no-splits", action="store_true", help="translate as the paper does (no split drafter tokens in the "
-                   "loop, no split labels in the NLL term)")
+    p.add_argument(
+        "--distill-temperature",
+        type=float,
+        default=1.0,
+        help="temperature of the target distribution in the reverse KL (1 = the model's own)",
+    )
+    p.add_argument(
+        "--no-splits",
+        action="store_true",
+        help="translate as the paper does (no split drafter tokens in the loop, no split labels in the NLL term)",
+    )
     p.add_argument("--engine", default="executorch", help="LoRA gradients from executorch (training runtime) | eager")
     p.add_argument("--seq-len", type=int, default=256, help="drafter tokens per training row (program shape)")
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--draft-len", default="4", metavar="K", help="drafter tokens per round, or 'auto' (acceptance head)")
-    p.add_argument("--gamma", type=float, default=0.5, help="auto: stop drafting once P(a rejection) > gamma, in (0, 1)")
+    p.add_argument(
+        "--draft-len", default="4", metavar="K", help="drafter tokens per round, or 'auto' (acceptance head)"
+    )
+    p.add_argument(
+        "--gamma", type=float, default=0.5, help="auto: stop drafting once P(a rejection) > gamma, in (0, 1)"
+    )
     p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft")
-    p.add_argument("--train-head", action="store_true",
-                   help="train the acceptance head online (saved beside the merged drafter as head.json/head.safetensors)")
-    p.add_argument("--head-variant", default="joint", help="joint (a head step with each drafter update) | "
-                   "interleaved (head steps between updates from a FIFO replay buffer)")
-    p.add_argument("--tune-gamma", action="store_true", help="auto: tune gamma and K_max online (each prompt replayed at shorter drafts, measured costs)")
-    p.add_argument("--head-lr", type=float, default=1e-3, help="AdamW learning rate of the head's MLP (its logit moves ~lr x hidden size per step)")
-    p.add_argument("--head-bias-lr", type=float, default=0.1, help="AdamW learning rate of the per-drafted-token biases")
+    p.add_argument(
+        "--train-head",
+        action="store_true",
+        help="train the acceptance head online (saved beside the merged drafter as head.json/head.safetensors)",
+    )
+    p.add_argument(
+        "--head-variant",
+        default="joint",
+        help="joint (a head step with each drafter update) | "
+        "interleaved (head steps between updates from a FIFO replay buffer)",
+    )
+    p.add_argument(
+        "--tune-gamma",
+        action="store_true",
+        help="auto: tune gamma and K_max online (each prompt replayed at shorter drafts, measured costs)",
+    )
+    p.add_argument(
+        "--head-lr",
+        type=float,
+        default=1e-3,
+        help="AdamW learning rate of the head's MLP (its logit moves ~lr x hidden size per step)",
+    )
+    p.add_argument(
+        "--head-bias-lr", type=float, default=0.1, help="AdamW learning rate of the per-drafted-token biases"
+    )
     p.add_argument("--head-reject-weight", type=float, default=1.0, help="BCE weight of rejected tokens (SpecDec++: 6)")
-    p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update (joint: per drafter update; "
-                   "interleaved: per prompt between them)")
-    p.add_argument("--head-replay", type=int, default=64, metavar="N", help="interleaved: FIFO replay buffer, in prompts")
+    p.add_argument(
+        "--head-steps",
+        type=int,
+        default=8,
+        help="AdamW steps per head update (joint: per drafter update; interleaved: per prompt between them)",
+    )
+    p.add_argument(
+        "--head-replay", type=int, default=64, metavar="N", help="interleaved: FIFO replay buffer, in prompts"
+    )
     p.add_argument("--head-batch", type=int, default=8, metavar="B", help="interleaved: prompts per replayed batch")
     p.add_argument("--train-limit", type=int, help="use only the first N prompts of the train stream")
     p.add_argument("--eval-split", default="test", help="held-out split for before/after acceptance ('none' to skip)")
     p.add_argument("--eval-limit", type=int, help="use only the first N held-out prompts")
-    p.add_argument("--eval-draft-lens", default="", metavar="K,...",
-                   help="also report held-out acceptance before/after at each of these fixed K (e.g. 1,2,3,4)")
+    p.add_argument(
+        "--eval-draft-lens",
+        default="",
+        metavar="K,...",
+        help="also report held-out acceptance before/after at each of these fixed K (e.g. 1,2,3,4)",
+    )
     p.add_argument("--guard-window", type=int, default=8, help="recent prompts re-decoded by the drift guard")
     p.add_argument("--guard-margin", type=float, default=0.02, help="largest acceptance drop a delta may cause")
     p.add_argument("--publish-every", type=int, default=8, help="updates between guarded publishes")
-    p.add_argument("--export", default="", help="comma list of formats (onnx,executorch) to re-lower the merged drafter")
+    p.add_argument(
+        "--export", default="", help="comma list of formats (onnx,executorch) to re-lower the merged drafter"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
@@ -69,39 +116,76 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from omnidraft.adapt.online import AdaptConfig
     from omnidraft.adapt.run import adapt_stream
-
     from omnidraft.runtime.accept_head import parse_draft_len
 
     formats = tuple(f for f in args.export.split(",") if f)
     bad = [f for f in formats if f not in ("onnx", "executorch")]
     if bad:
         raise InvalidArgument(f"unknown --export format(s) {', '.join(bad)}; use onnx and/or executorch")
-    cfg = AdaptConfig(mode="full" if args.full_ft else "lora", loss=args.loss, rank=args.lora_rank, every=args.every,
-                      steps_per_update=args.steps_per_update, lr=args.lr, engine=args.engine, seq_len=args.seq_len,
-                      max_new_tokens=args.max_new_tokens, draft_len=parse_draft_len(args.draft_len), guard_window=args.guard_window,
-                      guard_margin=args.guard_margin, publish_every=args.publish_every, export_formats=formats,
-                      distill_temperature=args.distill_temperature, seed=args.seed, gamma=args.gamma,
-                      max_draft_len=args.max_draft_len, train_head=args.train_head, head_variant=args.head_variant,
-                      head_lr=args.head_lr, head_bias_lr=args.head_bias_lr, head_reject_weight=args.head_reject_weight,
-                      tune_gamma=args.tune_gamma, head_steps=args.head_steps, head_replay=args.head_replay,
-                      head_batch=args.head_batch, splits=not args.no_splits)
+    cfg = AdaptConfig(
+        mode="full" if args.full_ft else "lora",
+        loss=args.loss,
+        rank=args.lora_rank,
+        every=args.every,
+        steps_per_update=args.steps_per_update,
+        lr=args.lr,
+        engine=args.engine,
+        seq_len=args.seq_len,
+        max_new_tokens=args.max_new_tokens,
+        draft_len=parse_draft_len(args.draft_len),
+        guard_window=args.guard_window,
+        guard_margin=args.guard_margin,
+        publish_every=args.publish_every,
+        export_formats=formats,
+        distill_temperature=args.distill_temperature,
+        seed=args.seed,
+        gamma=args.gamma,
+        max_draft_len=args.max_draft_len,
+        train_head=args.train_head,
+        head_variant=args.head_variant,
+        head_lr=args.head_lr,
+        head_bias_lr=args.head_bias_lr,
+        head_reject_weight=args.head_reject_weight,
+        tune_gamma=args.tune_gamma,
+        head_steps=args.head_steps,
+        head_replay=args.head_replay,
+        head_batch=args.head_batch,
+        splits=not args.no_splits,
+    )
     split = None if args.eval_split in ("none", "") else args.eval_split
     try:
         eval_ks = tuple(int(k) for k in args.eval_draft_lens.split(",") if k.strip())
     except ValueError:
-        raise InvalidArgument(f"--eval-draft-lens takes comma-separated integers like 1,2,3,4 "
-                              f"(got {args.eval_draft_lens!r})") from None
-    result = adapt_stream(args.drafter, args.target, args.stream, args.out, cfg, args.state, args.train_limit,
-                          split, args.eval_limit, eval_draft_lens=eval_ks)
+        raise InvalidArgument(
+            f"--eval-draft-lens takes comma-separated integers like 1,2,3,4 (got {args.eval_draft_lens!r})"
+        ) from None
+    result = adapt_stream(
+        args.drafter,
+        args.target,
+        args.stream,
+        args.out,
+        cfg,
+        args.state,
+        args.train_limit,
+        split,
+        args.eval_limit,
+        eval_draft_lens=eval_ks,
+    )
     if args.json:
         print(json.dumps(result))
     else:
         from omnidraft.adapt.report import markdown
 
         print(markdown(result), end="")
-        print(f"report: {result['files']['json']}  plot: {result['files']['png']}  state: {result['state']}", file=sys.stderr)
+        print(
+            f"report: {result['files']['json']}  plot: {result['files']['png']}  state: {result['state']}",
+            file=sys.stderr,
+        )
         if "head" in result:
             h = result["head"]
-            print(f"acceptance head ({h['variant']}, {h['updates']} head steps, {h['observed_target_tokens']} observed "
-                  f"target tokens): {h['file']}  calibration: {h.get('plot', '-')}", file=sys.stderr)
+            print(
+                f"acceptance head ({h['variant']}, {h['updates']} head steps, {h['observed_target_tokens']} observed "
+                f"target tokens): {h['file']}  calibration: {h.get('plot', '-')}",
+                file=sys.stderr,
+            )
     return 0

@@ -13,9 +13,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from omnidraft.export.android_vectors import VECTOR_DIR
 
     p.add_argument("--out", type=Path, default=VECTOR_DIR, help=f"output folder (default: {VECTOR_DIR})")
-    p.add_argument("--only", choices=("tokenizers", "loop", "pair"),
-                   help="write just one kind: tokenizer vectors, scripted-pair loop vectors, or bundled-pair loop vectors")
-    p.add_argument("--drafter", type=Path, help="drafter HF folder for the pair vectors (default: models/bundled/drafter)")
+    p.add_argument(
+        "--only",
+        choices=("tokenizers", "loop", "pair"),
+        help="write just one kind: tokenizer vectors, scripted-pair loop vectors, or bundled-pair loop vectors",
+    )
+    p.add_argument(
+        "--drafter", type=Path, help="drafter HF folder for the pair vectors (default: models/bundled/drafter)"
+    )
     p.add_argument("--target", type=Path, help="target HF folder for the pair vectors (default: models/bundled/target)")
     p.add_argument("--top-n", type=int, help="logits kept per row in the pair vectors (default: 32)")
 

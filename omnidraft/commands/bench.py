@@ -28,33 +28,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default="bundled", help="'bundled' or DRAFTER,TARGET (two Hugging Face model folders)")
     p.add_argument("--streams", default="code,math,text", help="comma-separated: code, math, text")
     p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
-    p.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts per stream, 24 tokens, peers hf + --backend, "
-                                                       "no adaptation or eviction runs (under 3 minutes once exports are cached)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 2 prompts per stream, 24 tokens, peers hf + --backend, "
+        "no adaptation or eviction runs (under 3 minutes once exports are cached)",
+    )
     p.add_argument("--prompts", type=int, help="held-out test prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--draft-lens", help="fixed draft lengths K to sweep (default 1,2,3,4,6)")
     p.add_argument("--train-prompts", type=int, help="train prompts that pre-collect the cache of spd-dm+ngram_pp")
     p.add_argument("--adapt-prompts", type=int, help="train prompts of the adaptation pass (adapted rows)")
-    p.add_argument("--adapt-lr", type=float, help="learning rate of every adaptation pass (default: the short-pass "
-                   "1e-3; a full pass over a stream wants less, e.g. 1e-4)")
-    p.add_argument("--adapted", help="adapted rows to run, comma-separated from l-dm, hybrid, hybrid+lora, "
-                   "hybrid+adaptive, or 'none' (default: all four; a full pass on math costs ~30 min a row, "
-                   "hybrid+lora ~100 min)")
-    p.add_argument("--tune-prompts", type=int, help="train prompts the hybrid+adaptive row's controller is tuned on "
-                   "before its timed run (default 16; 0 starts it untuned)")
+    p.add_argument(
+        "--adapt-lr",
+        type=float,
+        help="learning rate of every adaptation pass (default: the short-pass "
+        "1e-3; a full pass over a stream wants less, e.g. 1e-4)",
+    )
+    p.add_argument(
+        "--adapted",
+        help="adapted rows to run, comma-separated from l-dm, hybrid, hybrid+lora, "
+        "hybrid+adaptive, or 'none' (default: all four; a full pass on math costs ~30 min a row, "
+        "hybrid+lora ~100 min)",
+    )
+    p.add_argument(
+        "--tune-prompts",
+        type=int,
+        help="train prompts the hybrid+adaptive row's controller is tuned on "
+        "before its timed run (default 16; 0 starts it untuned)",
+    )
     p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
-    p.add_argument("--no-splits", action="store_true", help="translate as the paper does: no split drafter tokens "
-                   "in the greedy ngram rows (for the ablation)")
-    p.add_argument("--draft-vocab", type=int, help="drafter exports keep their N most frequent tokens where the drafter "
-                   "folder has token_counts.json (default 4096; 0 keeps every token)")
+    p.add_argument(
+        "--no-splits",
+        action="store_true",
+        help="translate as the paper does: no split drafter tokens in the greedy ngram rows (for the ablation)",
+    )
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        help="drafter exports keep their N most frequent tokens where the drafter "
+        "folder has token_counts.json (default 4096; 0 keeps every token)",
+    )
     p.add_argument("--max-seq-len", type=int, default=512, help="KV-cache length of the ort/executorch exports")
-    p.add_argument("--threads", type=int, default=usable_cpus(),
-                   help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default: every CPU this process may "
-                        "use, as on a device; on a CPU shared with other jobs use 1; 0 keeps each library's default; "
-                        "ONNX Runtime drafters always run on one thread)")
-    p.add_argument("--gamma", type=float, default=0.5, help="hybrid+adaptive row: initial stopping threshold of "
-                   "adaptive drafting (--draft-len auto), tuned online from tokens/s")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=usable_cpus(),
+        help="intra-op threads of torch / ONNX Runtime / ExecuTorch (default: every CPU this process may "
+        "use, as on a device; on a CPU shared with other jobs use 1; 0 keeps each library's default; "
+        "ONNX Runtime drafters always run on one thread)",
+    )
+    p.add_argument(
+        "--gamma",
+        type=float,
+        default=0.5,
+        help="hybrid+adaptive row: initial stopping threshold of "
+        "adaptive drafting (--draft-len auto), tuned online from tokens/s",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/bench"), help="report folder (bench.json, bench.md, PNGs)")
 
 
@@ -67,9 +98,18 @@ def run(args: argparse.Namespace) -> int:
     # with `... &` must still stop on `kill -INT` and write the rows it finished.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    common = dict(pair=args.pair, streams=_csv(args.streams), out=args.out, max_seq_len=args.max_seq_len,
-                  threads=args.threads or None)
-    s = BenchSettings.quick_settings(args.backend, **common) if args.quick else BenchSettings(backend=args.backend, **common)
+    common = dict(
+        pair=args.pair,
+        streams=_csv(args.streams),
+        out=args.out,
+        max_seq_len=args.max_seq_len,
+        threads=args.threads or None,
+    )
+    s = (
+        BenchSettings.quick_settings(args.backend, **common)
+        if args.quick
+        else BenchSettings(backend=args.backend, **common)
+    )
     s.gamma = args.gamma
     for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts", "tune_prompts", "adapt_lr"):
         if getattr(args, name) is not None:

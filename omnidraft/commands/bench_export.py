@@ -18,19 +18,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quants", type=_csv, default=None, help="comma list (default: every quant of each format)")
     parser.add_argument("--max-seq-len", type=int, default=256, help="exported cache size (default 256)")
     parser.add_argument("--context", type=int, default=64, help="tokens in the cache when timing (default 64)")
-    parser.add_argument("--repeats", type=int, default=100, help="timed calls per figure; medians reported (sub-ms calls on a shared VM: 20 left medians 1.6x apart between runs)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=100,
+        help="timed calls per figure; medians reported (sub-ms calls on a shared VM: 20 left medians 1.6x apart between runs)",
+    )
     parser.add_argument("--et-path", default="auto", help="executorch lowering path: auto, llm or static")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads per engine (default 1: spinning pools cost more than they bring "
-                             "on a small shared CPU); 0 = each library's default")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads per engine (default 1: spinning pools cost more than they bring "
+        "on a small shared CPU); 0 = each library's default",
+    )
     parser.add_argument("--reuse", action="store_true", help="skip exports already present in --out")
 
 
 def run(args: argparse.Namespace) -> int:
     from omnidraft.export.bench import run_bench
 
-    result = run_bench(args.model, args.out, args.formats, args.quants, args.max_seq_len,
-                       args.context, args.repeats, args.reuse, args.et_path, args.threads or None)
+    result = run_bench(
+        args.model,
+        args.out,
+        args.formats,
+        args.quants,
+        args.max_seq_len,
+        args.context,
+        args.repeats,
+        args.reuse,
+        args.et_path,
+        args.threads or None,
+    )
     from omnidraft.export.bench import markdown
 
     print(markdown(result), end="")

@@ -14,15 +14,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
     p.add_argument("--prompts", type=int, help="held-out prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--draft-len", default="2", metavar="K", help="drafter tokens per round, or 'auto': the adaptation "
-                   "pass also trains the acceptance head and the adapted row stops drafting by it")
-    p.add_argument("--gamma", type=float, default=0.5, help="auto: initial stopping threshold in (0, 1), tuned during adaptation")
-    p.add_argument("--adapt-prompts", type=int, metavar="N",
-                   help="train prompts of the online adaptation pass per stream (default 24; 0 skips it; --quick: 0)")
-    p.add_argument("--adapt-streams", help="streams that get an adaptation pass: comma list, all, or none "
-                   "(default: code, or the first of --streams when code is not among them)")
-    p.add_argument("--adapt-engine", default="executorch",
-                   help="LoRA gradients from the ExecuTorch training program (as on device) | eager")
+    p.add_argument(
+        "--draft-len",
+        default="2",
+        metavar="K",
+        help="drafter tokens per round, or 'auto': the adaptation "
+        "pass also trains the acceptance head and the adapted row stops drafting by it",
+    )
+    p.add_argument(
+        "--gamma", type=float, default=0.5, help="auto: initial stopping threshold in (0, 1), tuned during adaptation"
+    )
+    p.add_argument(
+        "--adapt-prompts",
+        type=int,
+        metavar="N",
+        help="train prompts of the online adaptation pass per stream (default 24; 0 skips it; --quick: 0)",
+    )
+    p.add_argument(
+        "--adapt-streams",
+        help="streams that get an adaptation pass: comma list, all, or none "
+        "(default: code, or the first of --streams when code is not among them)",
+    )
+    p.add_argument(
+        "--adapt-engine",
+        default="executorch",
+        help="LoRA gradients from the ExecuTorch training program (as on device) | eager",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/demo"), help="report folder (JSON + PNG)")
 
 
@@ -35,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     validate_adaptive(draft_len, args.gamma, 16)
 
     streams = tuple(s.strip() for s in args.streams.split(",") if s.strip())
-    s = (DemoSettings.quick if args.quick else DemoSettings)(streams=streams, backend=args.backend,
-                                                             draft_len=draft_len, out=args.out)
+    s = (DemoSettings.quick if args.quick else DemoSettings)(
+        streams=streams, backend=args.backend, draft_len=draft_len, out=args.out
+    )
     s.gamma = args.gamma
     if args.prompts is not None:
         if args.prompts < 1:
@@ -49,8 +67,13 @@ def run(args: argparse.Namespace) -> int:
     elif draft_len == "auto" and args.quick:
         s.adapt_prompts = 8  # auto needs a trained head: a short pass even in a smoke run
     names = (args.adapt_streams or ("code" if "code" in s.streams else ",".join(s.streams[:1]))).strip()
-    s.adapt_streams = (s.streams if names == "all" else () if names == "none"
-                       else tuple(n.strip() for n in names.split(",") if n.strip()))
+    s.adapt_streams = (
+        s.streams
+        if names == "all"
+        else ()
+        if names == "none"
+        else tuple(n.strip() for n in names.split(",") if n.strip())
+    )
     if args.adapt_engine not in ("executorch", "eager"):
         raise InvalidArgument(f"unknown --adapt-engine {args.adapt_engine!r}; choose executorch or eager")
     s.adapt_engine = args.adapt_engine

@@ -10,32 +10,60 @@ HELP = "export a model folder to ONNX or ExecuTorch (.pte) with a KV cache, quan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="Hugging Face folder (config.json, model.safetensors, "
-                        "tokenizer.json); architectures: LlamaForCausalLM, Qwen2ForCausalLM")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="Hugging Face folder (config.json, model.safetensors, "
+        "tokenizer.json); architectures: LlamaForCausalLM, Qwen2ForCausalLM",
+    )
     # Choices are validated in the library so a bad value gets the same one-line error everywhere.
     parser.add_argument("--format", required=True, help=f"one of: {', '.join(FORMATS)}")
     parser.add_argument("--quant", default="fp32", help="; ".join(f"{f}: {', '.join(q)}" for f, q in QUANTS.items()))
-    parser.add_argument("--max-seq-len", type=int, default=512,
-                        help="KV cache positions the runtime may use (<= max_position_embeddings; default 512)")
+    parser.add_argument(
+        "--max-seq-len",
+        type=int,
+        default=512,
+        help="KV cache positions the runtime may use (<= max_position_embeddings; default 512)",
+    )
     parser.add_argument("--out", required=True, help="output folder (created; an earlier export there is replaced)")
-    parser.add_argument("--embedding-quant", default="none",
-                        help=f"executorch only: {', '.join(EMBEDDING_QUANTS)} (8-bit per-row embedding table)")
-    parser.add_argument("--et-path", default="auto",
-                        help=f"executorch lowering: {', '.join(ET_PATHS)} (llm: ExecuTorch's custom sdpa/KV-cache "
-                             "ops, fastest, Llama/Qwen2 with plain rope; static: transformers static cache; "
-                             "auto: llm where it fits)")
-    parser.add_argument("--onnx-path", default="auto",
-                        help=f"onnx lowering: {', '.join(ONNX_PATHS)} (genai: onnxruntime-genai's model builder, fused "
-                             "ops, 1.5-3x faster per step; torch: torch.onnx with row-stable attention, any head size; "
-                             "auto: genai where the model fits it)")
-    parser.add_argument("--min-top1", type=float, default=None,
-                        help=f"parity bar for quantized artifacts: greedy top-1 agreement with their "
-                             f"quantized eager reference (default {MIN_TOP1_AGREEMENT})")
-    parser.add_argument("--accept-head", help="onnx drafters: an acceptance-head folder (head.json + head.safetensors, "
-                        "from omnidraft adapt --train-head) built into the graph for --draft-len auto")
-    parser.add_argument("--draft-vocab", type=int, help="drafters: keep only the N most frequent tokens in the output "
-                        "layer (a cheaper drafter call; never for a target), ranked by the model folder's "
-                        "token_counts.json or --vocab-corpus")
+    parser.add_argument(
+        "--embedding-quant",
+        default="none",
+        help=f"executorch only: {', '.join(EMBEDDING_QUANTS)} (8-bit per-row embedding table)",
+    )
+    parser.add_argument(
+        "--et-path",
+        default="auto",
+        help=f"executorch lowering: {', '.join(ET_PATHS)} (llm: ExecuTorch's custom sdpa/KV-cache "
+        "ops, fastest, Llama/Qwen2 with plain rope; static: transformers static cache; "
+        "auto: llm where it fits)",
+    )
+    parser.add_argument(
+        "--onnx-path",
+        default="auto",
+        help=f"onnx lowering: {', '.join(ONNX_PATHS)} (genai: onnxruntime-genai's model builder, fused "
+        "ops, 1.5-3x faster per step; torch: torch.onnx with row-stable attention, any head size; "
+        "auto: genai where the model fits it)",
+    )
+    parser.add_argument(
+        "--min-top1",
+        type=float,
+        default=None,
+        help=f"parity bar for quantized artifacts: greedy top-1 agreement with their "
+        f"quantized eager reference (default {MIN_TOP1_AGREEMENT})",
+    )
+    parser.add_argument(
+        "--accept-head",
+        help="onnx drafters: an acceptance-head folder (head.json + head.safetensors, "
+        "from omnidraft adapt --train-head) built into the graph for --draft-len auto",
+    )
+    parser.add_argument(
+        "--draft-vocab",
+        type=int,
+        help="drafters: keep only the N most frequent tokens in the output "
+        "layer (a cheaper drafter call; never for a target), ranked by the model folder's "
+        "token_counts.json or --vocab-corpus",
+    )
     parser.add_argument("--vocab-corpus", help="with --draft-vocab: a UTF-8 text file to rank the tokens by")
     parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
 
@@ -43,9 +71,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from omnidraft.export.pipeline import export_model
 
-    result = export_model(args.model, args.format, args.quant, args.max_seq_len, args.out,
-                          embedding_quant=args.embedding_quant, min_top1=args.min_top1, et_path=args.et_path,
-                          progress=not args.no_progress, accept_head=args.accept_head,
-                          draft_vocab=args.draft_vocab, vocab_corpus=args.vocab_corpus, onnx_path=args.onnx_path)
+    result = export_model(
+        args.model,
+        args.format,
+        args.quant,
+        args.max_seq_len,
+        args.out,
+        embedding_quant=args.embedding_quant,
+        min_top1=args.min_top1,
+        et_path=args.et_path,
+        progress=not args.no_progress,
+        accept_head=args.accept_head,
+        draft_vocab=args.draft_vocab,
+        vocab_corpus=args.vocab_corpus,
+        onnx_path=args.onnx_path,
+    )
     print(result.summary())
     return 0

@@ -11,20 +11,37 @@ HELP = "generate text with a drafter speeding up a target (any mix of HF and exp
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", type=Path, help="drafter: HF folder or export folder (not needed for --mode target-only)")
+    p.add_argument(
+        "--drafter", type=Path, help="drafter: HF folder or export folder (not needed for --mode target-only)"
+    )
     p.add_argument("--target", type=Path, required=True, help="target: HF folder or export folder")
     p.add_argument("--prompt", required=True)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (lossless, token-exact)")
-    p.add_argument("--draft-len", default="4", metavar="K", help="drafter tokens per round, or 'auto': the drafter's "
-                   "acceptance head stops drafting once P(a rejection) > --gamma")
-    p.add_argument("--gamma", type=float, default=0.5, help="auto: stopping threshold in (0, 1) (paper: 0.3 text, 0.7 code/math)")
+    p.add_argument(
+        "--draft-len",
+        default="4",
+        metavar="K",
+        help="drafter tokens per round, or 'auto': the drafter's "
+        "acceptance head stops drafting once P(a rejection) > --gamma",
+    )
+    p.add_argument(
+        "--gamma", type=float, default=0.5, help="auto: stopping threshold in (0, 1) (paper: 0.3 text, 0.7 code/math)"
+    )
     p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft (default 16)")
-    p.add_argument("--accept-head", type=Path, help="acceptance-head folder to attach to a Hugging Face drafter "
-                   "(one saved in the drafter folder is attached anyway; export folders carry theirs in the graph)")
+    p.add_argument(
+        "--accept-head",
+        type=Path,
+        help="acceptance-head folder to attach to a Hugging Face drafter "
+        "(one saved in the drafter folder is attached anyway; export folders carry theirs in the graph)",
+    )
     p.add_argument("--mode", default="ngram", help="ngram (full method) | dm (direct mapping only) | target-only")
-    p.add_argument("--no-splits", action="store_true", help="translate as the paper does (direct map + n-grams): never "
-                   "propose an unmapped drafter token as the several target tokens that spell it (greedy only)")
+    p.add_argument(
+        "--no-splits",
+        action="store_true",
+        help="translate as the paper does (direct map + n-grams): never "
+        "propose an unmapped drafter token as the several target tokens that spell it (greedy only)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", type=Path, help="n-gram cache file of this pair: loaded if present, saved after the run")
     p.add_argument("--cache-capacity", type=int, help="bound the n-gram cache (LFU eviction)")
@@ -36,32 +53,56 @@ def run(args: argparse.Namespace) -> int:
     from omnidraft.runtime.session import open_pair, save_cache
     from omnidraft.runtime.speculative import DecodeConfig
 
-    cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                       draft_len=parse_draft_len(args.draft_len), mode=args.mode, seed=args.seed, gamma=args.gamma,
-                       max_draft_len=args.max_draft_len, splits=not args.no_splits)
+    cfg = DecodeConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        draft_len=parse_draft_len(args.draft_len),
+        mode=args.mode,
+        seed=args.seed,
+        gamma=args.gamma,
+        max_draft_len=args.max_draft_len,
+        splits=not args.no_splits,
+    )
     cfg.validate()
-    decoder = open_pair(args.target, None if args.mode == "target-only" else args.drafter,
-                        cache_path=args.cache, cache_capacity=args.cache_capacity, accept_head=args.accept_head)
+    decoder = open_pair(
+        args.target,
+        None if args.mode == "target-only" else args.drafter,
+        cache_path=args.cache,
+        cache_capacity=args.cache_capacity,
+        accept_head=args.accept_head,
+    )
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     result = decoder.generate(args.prompt, cfg, on_text=stream)
     if args.cache is not None and decoder.cache is not None:
         save_cache(decoder.cache, args.cache)
     st = result.stats
     summary = {
-        "text": result.text, "token_ids": result.token_ids, "steps": st.steps, "proposed": st.proposed,
-        "accepted": st.accepted, "acceptance_rate": round(st.acceptance_rate, 4),
-        "tokens_per_step": round(st.tokens_per_step, 4), "ngram_hits": st.ngram_hits,
-        "split_proposed": st.split_proposed, "split_accepted": st.split_accepted,
+        "text": result.text,
+        "token_ids": result.token_ids,
+        "steps": st.steps,
+        "proposed": st.proposed,
+        "accepted": st.accepted,
+        "acceptance_rate": round(st.acceptance_rate, 4),
+        "tokens_per_step": round(st.tokens_per_step, 4),
+        "ngram_hits": st.ngram_hits,
+        "split_proposed": st.split_proposed,
+        "split_accepted": st.split_accepted,
         "ngram_cache_size": len(decoder.cache) if decoder.cache is not None else 0,
-        "new_tokens": st.new_tokens, "seconds": round(st.seconds, 4),
-        "overhead_fraction": round(st.overhead_fraction, 4), "mode": cfg.mode,
-        "draft_len": cfg.draft_len, "drafter_calls_per_step": round(st.drafter_calls / st.steps, 4) if st.steps else 0.0,
+        "new_tokens": st.new_tokens,
+        "seconds": round(st.seconds, 4),
+        "overhead_fraction": round(st.overhead_fraction, 4),
+        "mode": cfg.mode,
+        "draft_len": cfg.draft_len,
+        "drafter_calls_per_step": round(st.drafter_calls / st.steps, 4) if st.steps else 0.0,
     }
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
     else:
         print()
-        print(f"[{cfg.mode}] {st.new_tokens} tokens in {st.seconds:.2f}s ({st.new_tokens / max(st.seconds, 1e-9):.1f} tok/s), "
-              f"{st.steps} target calls, acceptance {st.acceptance_rate:.2f}, {st.tokens_per_step:.2f} tokens/call, "
-              f"n-gram hits {st.ngram_hits}, outside-model time {100 * st.overhead_fraction:.0f}%", file=sys.stderr)
+        print(
+            f"[{cfg.mode}] {st.new_tokens} tokens in {st.seconds:.2f}s ({st.new_tokens / max(st.seconds, 1e-9):.1f} tok/s), "
+            f"{st.steps} target calls, acceptance {st.acceptance_rate:.2f}, {st.tokens_per_step:.2f} tokens/call, "
+            f"n-gram hits {st.ngram_hits}, outside-model time {100 * st.overhead_fraction:.0f}%",
+            file=sys.stderr,
+        )
     return 0

@@ -10,8 +10,12 @@ HELP = "print the drafter<->target direct-mapping (vocabulary intersection) size
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", required=True, help="tokenizer.json, a model/export folder, or a converted "
-                   "vocabulary name (llama-spm, llama-bpe, qwen2, gpt-2, phi-3)")
+    p.add_argument(
+        "--drafter",
+        required=True,
+        help="tokenizer.json, a model/export folder, or a converted "
+        "vocabulary name (llama-spm, llama-bpe, qwen2, gpt-2, phi-3)",
+    )
     p.add_argument("--target", required=True, help="same forms as --drafter")
     p.add_argument("--json", action="store_true")
 
@@ -35,12 +39,18 @@ def run(args: argparse.Namespace) -> int:
 
     d, t = load_codec(_resolve(args.drafter)), load_codec(_resolve(args.target))
     vm = build_vocab_map(d, t)
-    doc = {"drafter_vocab": d.vocab_size, "target_vocab": t.vocab_size, "direct_map": vm.size,
-           "paper_string_convention": string_intersection_size(d, t)}
+    doc = {
+        "drafter_vocab": d.vocab_size,
+        "target_vocab": t.vocab_size,
+        "direct_map": vm.size,
+        "paper_string_convention": string_intersection_size(d, t),
+    }
     if args.json:
         print(json.dumps(doc))
     else:
-        print(f"drafter {d.vocab_size} tokens, target {t.vocab_size} tokens: direct map {vm.size} "
-              f"(byte-exact; {100 * vm.size / d.vocab_size:.1f}% of the drafter), "
-              f"{doc['paper_string_convention']} under the paper's string convention")
+        print(
+            f"drafter {d.vocab_size} tokens, target {t.vocab_size} tokens: direct map {vm.size} "
+            f"(byte-exact; {100 * vm.size / d.vocab_size:.1f}% of the drafter), "
+            f"{doc['paper_string_convention']} under the paper's string convention"
+        )
     return 0

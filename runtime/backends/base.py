@@ -7,7 +7,8 @@ which engine (torch eager, ONNX Runtime, ExecuTorch) sits behind it.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -16,9 +17,9 @@ from omnidraft.errors import ManifestError
 
 @runtime_checkable
 class Backend(Protocol):
-    name: str            # e.g. "torch", "ort", "executorch"
-    vocab_size: int      # width of the logits rows
-    max_seq_len: int     # positions the KV cache can hold
+    name: str  # e.g. "torch", "ort", "executorch"
+    vocab_size: int  # width of the logits rows
+    max_seq_len: int  # positions the KV cache can hold
 
     @property
     def cached_len(self) -> int:
@@ -53,12 +54,12 @@ class Backend(Protocol):
 # other rows cost 2 of the drafter's 2.9 ms. The loop goes through ``last_row`` / ``last_row_accept``.
 
 
-def last_row(backend: "Backend", token_ids: Sequence[int], start_pos: int) -> np.ndarray:
+def last_row(backend: Backend, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
     fn = getattr(backend, "forward_last", None)
     return fn(token_ids, start_pos) if fn is not None else backend.forward(token_ids, start_pos)[-1]
 
 
-def last_row_accept(backend: "Backend", token_ids: Sequence[int], start_pos: int) -> tuple[np.ndarray, float]:
+def last_row_accept(backend: Backend, token_ids: Sequence[int], start_pos: int) -> tuple[np.ndarray, float]:
     fn = getattr(backend, "forward_with_accept_last", None)
     if fn is not None:
         return fn(token_ids, start_pos)
@@ -85,7 +86,8 @@ def check_forward_args(backend: Backend, token_ids: Sequence[int], start_pos: in
         raise ValueError(f"{backend.name}: forward with no tokens")
     if start_pos + len(token_ids) > backend.max_seq_len:
         raise ValueError(
-            f"{backend.name}: positions up to {start_pos + len(token_ids)} exceed the cache of {backend.max_seq_len}")
+            f"{backend.name}: positions up to {start_pos + len(token_ids)} exceed the cache of {backend.max_seq_len}"
+        )
 
 
 # A drafter exported with --draft-vocab N (export/draft_vocab.py) scores its N kept tokens only; its
@@ -101,16 +103,26 @@ class Widen:
 
     def __init__(self, draft_vocab: dict, vocab_size: int, where: str) -> None:
         kept = np.asarray(draft_vocab.get("kept", ()), dtype=np.int64)
-        if (kept.ndim != 1 or len(kept) != draft_vocab.get("size") or not len(kept)
-                or kept[0] < 0 or kept[-1] >= vocab_size or (np.diff(kept) <= 0).any()):
-            raise ManifestError(f"{where} has a malformed draft_vocab (kept ids must be {draft_vocab.get('size')} "
-                                f"increasing ids below {vocab_size}); re-export the drafter")
+        if (
+            kept.ndim != 1
+            or len(kept) != draft_vocab.get("size")
+            or not len(kept)
+            or kept[0] < 0
+            or kept[-1] >= vocab_size
+            or (np.diff(kept) <= 0).any()
+        ):
+            raise ManifestError(
+                f"{where} has a malformed draft_vocab (kept ids must be {draft_vocab.get('size')} "
+                f"increasing ids below {vocab_size}); re-export the drafter"
+            )
         self.kept, self.vocab_size = kept, vocab_size
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         if rows.shape[-1] != len(self.kept):
-            raise ManifestError(f"the drafter returned rows of {rows.shape[-1]} logits, its manifest keeps "
-                                f"{len(self.kept)} tokens; re-export the drafter")
+            raise ManifestError(
+                f"the drafter returned rows of {rows.shape[-1]} logits, its manifest keeps "
+                f"{len(self.kept)} tokens; re-export the drafter"
+            )
         out = np.full((*rows.shape[:-1], self.vocab_size), NEG_LOGIT, dtype=np.float32)
         out[..., self.kept] = rows
         return out

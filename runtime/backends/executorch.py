@@ -11,8 +11,8 @@ bookkeeping: the next call starts at the kept length.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -26,10 +26,12 @@ for _name in ("torchao", "torch.utils._pytree"):  # import-time chatter about op
 import torch  # noqa: E402  (executorch's Python runtime exchanges torch tensors)
 from executorch.runtime import Runtime  # noqa: E402
 
+
 def _load_kernel_libraries(llm_ops: bool) -> None:
     """Register the non-core operators a .pte may reference (8-bit embedding lookup; the LLM
     path's custom sdpa / update_cache); without them loading fails with "Missing operator"."""
     import executorch.kernels.quantized  # noqa: F401
+
     if llm_ops:
         # The package __init__ does not load the kernels; this module does (and pulls in inductor,
         # hence only for programs that need it).
@@ -41,8 +43,9 @@ class ExecuTorchBackend:
 
     def __init__(self, export_dir: str | Path, manifest: Manifest) -> None:
         if manifest.format != "executorch":
-            raise ManifestError(f"{export_dir} holds a {manifest.format} export, not executorch; "
-                                "load it with its own backend")
+            raise ManifestError(
+                f"{export_dir} holds a {manifest.format} export, not executorch; load it with its own backend"
+            )
         self._llm = list(manifest.inputs[:2]) == ["tokens", "input_pos"]
         _load_kernel_libraries(self._llm)
         path = Path(export_dir) / manifest.artifact_file
@@ -50,8 +53,10 @@ class ExecuTorchBackend:
             program = Runtime.get().load_program(path)
             self._method = program.load_method("forward")
         except Exception as exc:  # the pybind layer raises RuntimeError/ValueError for bad programs
-            raise ModelFolderError(f"ExecuTorch cannot load {path} ({str(exc).splitlines()[0][:200]}); "
-                                   f"re-export with `{manifest.export_command}`") from None
+            raise ModelFolderError(
+                f"ExecuTorch cannot load {path} ({str(exc).splitlines()[0][:200]}); "
+                f"re-export with `{manifest.export_command}`"
+            ) from None
         if self._method is None:
             raise ModelFolderError(f"{path} has no forward method; re-export with `{manifest.export_command}`")
         self.manifest = manifest

@@ -9,8 +9,8 @@ ONNX exports without a PyTorch install.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -26,10 +26,13 @@ ACCEPT_OUTPUT = "accept_logits"
 class OrtBackend:
     name = "ort"
 
-    def __init__(self, export_dir: str | Path, manifest: Manifest, threads: int | None = None,
-                 spin: bool = False) -> None:
+    def __init__(
+        self, export_dir: str | Path, manifest: Manifest, threads: int | None = None, spin: bool = False
+    ) -> None:
         if manifest.format != "onnx":
-            raise ManifestError(f"{export_dir} holds a {manifest.format} export, not onnx; load it with its own backend")
+            raise ManifestError(
+                f"{export_dir} holds a {manifest.format} export, not onnx; load it with its own backend"
+            )
         path = Path(export_dir) / manifest.artifact_file
         opts = ort.SessionOptions()
         opts.log_severity_level = 3  # warnings about unused initializers etc. are noise here
@@ -45,12 +48,16 @@ class OrtBackend:
         try:
             self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own pybind exception types for bad files
-            raise ModelFolderError(f"onnxruntime cannot load {path} ({str(exc).splitlines()[0][:200]}); "
-                                   f"re-export with `{manifest.export_command}`") from None
+            raise ModelFolderError(
+                f"onnxruntime cannot load {path} ({str(exc).splitlines()[0][:200]}); "
+                f"re-export with `{manifest.export_command}`"
+            ) from None
         names = [i.name for i in self.session.get_inputs()]
         if names != list(manifest.inputs):
-            raise ManifestError(f"{path} has inputs {names[:3]}… but its manifest lists {manifest.inputs[:3]}…; "
-                                f"re-export with `{manifest.export_command}`")
+            raise ManifestError(
+                f"{path} has inputs {names[:3]}… but its manifest lists {manifest.inputs[:3]}…; "
+                f"re-export with `{manifest.export_command}`"
+            )
         self.manifest = manifest
         self.export_dir = Path(export_dir)
         self.vocab_size = manifest.vocab_size
@@ -60,17 +67,25 @@ class OrtBackend:
         self._mask = "attention_mask" in names
         self._past_names = [n for n in names if n.startswith("past_key_values.")]
         # Each past input is fed the present output of the same name (the two graphs order them apart).
-        self._out_names = ["logits"] + [n.replace("past_key_values.", "present.", 1) for n in self._past_names] + [
-            n for n in manifest.outputs if n == ACCEPT_OUTPUT]
+        self._out_names = (
+            ["logits"]
+            + [n.replace("past_key_values.", "present.", 1) for n in self._past_names]
+            + [n for n in manifest.outputs if n == ACCEPT_OUTPUT]
+        )
         missing = [n for n in self._out_names if n not in manifest.outputs]
         if names[0] != "input_ids" or missing:
-            raise ManifestError(f"{path} does not have the input_ids/past_key_values -> logits/present signature "
-                                f"(missing {missing[:3]}); re-export with `{manifest.export_command}`")
+            raise ManifestError(
+                f"{path} does not have the input_ids/past_key_values -> logits/present signature "
+                f"(missing {missing[:3]}); re-export with `{manifest.export_command}`"
+            )
         # A drafter exported with --accept-head has one more output after the presents (the head
         # runs inside the graph, so adaptive drafting costs no extra call).
         self.has_accept_head = ACCEPT_OUTPUT in self._out_names
-        self._accept_bias = (token_bias_table(manifest.accept_head, self.vocab_size, f"{export_dir}/manifest.json")
-                             if self.has_accept_head else {})
+        self._accept_bias = (
+            token_bias_table(manifest.accept_head, self.vocab_size, f"{export_dir}/manifest.json")
+            if self.has_accept_head
+            else {}
+        )
         self._n_past = len(self._past_names)
         self._pad_single_row = manifest.pad_single_row
         self._widen = widen_for(manifest, f"{export_dir}/manifest.json")
@@ -96,10 +111,10 @@ class OrtBackend:
         feed.update((n, np.ascontiguousarray(p)) for n, p in zip(self._past_names, self._past))
         out = self.session.run(self._out_names, feed)
         self._len = start_pos + len(token_ids)
-        self._past = out[1:1 + self._n_past]
+        self._past = out[1 : 1 + self._n_past]
         if pad:
             out[0] = out[0][:, :1]
-            self._past = [p[:, :, :self._len] for p in self._past]
+            self._past = [p[:, :, : self._len] for p in self._past]
         return out
 
     def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:

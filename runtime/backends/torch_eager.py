@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -20,11 +20,14 @@ class TorchEagerBackend:
     def __init__(self, folder: Path, max_seq_len: int | None = None, dtype: torch.dtype = torch.float32) -> None:
         hf_logging.disable_progress_bar()
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True,
-                                                              use_safetensors=True)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                folder, dtype=dtype, local_files_only=True, use_safetensors=True
+            )
         except (OSError, ValueError, KeyError) as exc:
-            raise ModelFolderError(f"cannot load the model in {folder}: {exc}".splitlines()[0]
-                                   + "; check config.json and model.safetensors") from None
+            raise ModelFolderError(
+                f"cannot load the model in {folder}: {exc}".splitlines()[0]
+                + "; check config.json and model.safetensors"
+            ) from None
         self.model.eval()
         cfg = self.model.config
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
@@ -54,8 +57,9 @@ class TorchEagerBackend:
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
         pos = torch.arange(start_pos, start_pos + ids.shape[1]).unsqueeze(0)
         rec = self.recorder is not None
-        out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True,
-                         output_hidden_states=rec)
+        out = self.model(
+            input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True, output_hidden_states=rec
+        )
         self._len = start_pos + ids.shape[1]
         if rec:
             self.recorder.append(out.hidden_states[-1][0, -1].float().clone())
@@ -69,8 +73,9 @@ class TorchEagerBackend:
         check_forward_args(self, token_ids, start_pos)
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
         pos = torch.arange(start_pos, start_pos + ids.shape[1]).unsqueeze(0)
-        out = self.model(input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True,
-                         output_hidden_states=True)
+        out = self.model(
+            input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True, output_hidden_states=True
+        )
         self._len = start_pos + ids.shape[1]
         hidden = out.hidden_states[-1][0].float()  # hidden_states[-1] is after the final norm
         if self.recorder is not None:
