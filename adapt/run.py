@@ -13,7 +13,8 @@ from . import report as reporting
 from .online import AdaptConfig, OnlineAdapter
 
 
-def load_prompts(stream: str, split: str, limit: int | None) -> list[str]:
+def load_prompts(stream: str, split: str, limit: int | None, *, target: Path | None = None) -> list[str]:
+    """Stream prompts as ``target`` reads them (wrapped in its chat template where it has one)."""
     from omnidraft.models import streams
 
     if stream in streams.STREAMS:
@@ -30,6 +31,8 @@ def load_prompts(stream: str, split: str, limit: int | None) -> list[str]:
         if limit < 1:
             raise InvalidArgument(f"prompt limits must be >= 1 (got {limit})")
         items = items[:limit]
+    if target is not None:
+        items = streams.for_target(items, target)
     return [p.prompt for p in items]
 
 
@@ -77,8 +80,8 @@ def adapt_stream(
     bad = [k for k in eval_draft_lens if k < 1]
     if bad:
         raise InvalidArgument(f"--eval-draft-lens must be positive integers (got {bad[0]}); e.g. 1,2,3,4")
-    train = load_prompts(stream, "train", train_limit)
-    test = load_prompts(stream, eval_split, eval_limit) if eval_split else []
+    train = load_prompts(stream, "train", train_limit, target=target)
+    test = load_prompts(stream, eval_split, eval_limit, target=target) if eval_split else []
     ad = OnlineAdapter(drafter, target, state or out / "state", cfg)
     ev: dict = {"split": eval_split} if test else {}
     if test:

@@ -254,8 +254,8 @@ class AdaptiveBench:
         from omnidraft.runtime.gamma import GammaController
 
         s, eng, mnt = self.s, self.eng, self.s.max_new_tokens
-        train = self._fit(load_stream(name, "train"), s.train_prompts)
-        test = self._fit(load_stream(name, "test"), s.prompts)
+        train = self._fit(load_stream(name, "train", target=self.pair.target), s.train_prompts)
+        test = self._fit(load_stream(name, "test", target=self.pair.target), s.prompts)
         if not test or not train:
             raise InvalidArgument(f"no {name} prompt fits --max-seq-len {s.max_seq_len}; raise it")
         passes = [self.train_pass(name, v, train) for v in s.variants]

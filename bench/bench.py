@@ -303,7 +303,7 @@ class Bench:
 
     def run(self) -> None:
         s = self.s
-        tests = {n: load_stream(n, "test") for n in s.streams}
+        tests = {n: load_stream(n, "test", target=self.pair.target) for n in s.streams}
         self.warm_prompt = tests[s.streams[0]][0].prompt[:200]
         eng = self.engine(s.backend)
         self.report["meta"]["pair"] = {
@@ -389,7 +389,7 @@ class Bench:
         prompts = self._pick(eng, test_prompts, s.prompts)
         if len(prompts) < s.prompts:
             print(f"bench: {name}: only {len(prompts)} test prompts fit max_seq_len {s.max_seq_len}", file=sys.stderr)
-        train = load_stream(name, "train")
+        train = load_stream(name, "train", target=self.pair.target)
         k = self.sweep(eng, name, train)
         st = _Stream(name, prompts, k)
         # Untimed passes first (cache pre-collection, adaptation), then all rows timed in lockstep.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from omnidraft.bench.bundled import DRAFT_VOCAB, cached_export, check_bundled, drafter_export
+from omnidraft.bench.bundled import DRAFT_VOCAB, check_bundled, drafter_export, target_export
 from omnidraft.bench.demo import BACKENDS
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument
@@ -41,23 +41,27 @@ class Pair:
             return self.drafter, self.target
         return (
             drafter_export(self.drafter, fmt, quant, max_seq_len, progress, draft_vocab=draft_vocab),
-            cached_export(self.target, fmt, quant, max_seq_len, progress),
+            target_export(self.target, fmt, quant, max_seq_len, progress),
         )
 
 
 def resolve_pair(spec: str) -> Pair:
-    """``bundled`` or ``DRAFTER,TARGET`` (two Hugging Face model folders)."""
-    if spec == "bundled":
+    """``bundled`` (alias ``tiny``) or ``DRAFTER,TARGET``: each a Hugging Face model folder, a .gguf
+    file or a model name from ``omnidraft models list``."""
+    from omnidraft.models.sources import resolve
+
+    if spec in ("bundled", "tiny"):
         f = check_bundled()
         return Pair(f["drafter"], f["target"], "bundled")
     parts = [p.strip() for p in spec.split(",")]
     if len(parts) != 2 or not all(parts):
         raise InvalidArgument(
-            f"unknown pair {spec!r}; use 'bundled' or 'DRAFTER,TARGET' (two Hugging Face model folders)"
+            f"unknown pair {spec!r}; use 'bundled' or 'DRAFTER,TARGET' (model folders, .gguf files or model names)"
         )
-    for p in parts:
-        check_hf_folder(Path(p))
-    return Pair(Path(parts[0]), Path(parts[1]), spec)
+    folders = [resolve(p) for p in parts]
+    for p in folders:
+        check_hf_folder(p)
+    return Pair(folders[0], folders[1], spec)
 
 
 def _add(total: DecodeStats, s: DecodeStats) -> None:

@@ -65,7 +65,9 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
         # tuned on the same train prompts as the row, on this backend's own costs
         k, tune = "auto", GammaController(gamma=s.gamma, k_max=16)
         skip = bench.adapted[(st.name, method)]["summary"]["train_prompts"]
-        bench.tune_controller(eng, st.name, load_stream(st.name, "train"), drafter, tune, skip)
+        bench.tune_controller(
+            eng, st.name, load_stream(st.name, "train", target=bench.pair.target), drafter, tune, skip
+        )
     return [
         eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
         eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune),

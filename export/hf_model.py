@@ -15,7 +15,13 @@ from .recipes import SUPPORTED_ARCHITECTURES
 
 TOKENIZER_FILE = "tokenizer.json"
 # Copied beside the artifact with the tokenizer so an export folder is self-contained.
-SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "config.json")
+SIDE_FILES = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "config.json",
+    "chat_template.jinja",
+)
 
 
 @dataclass(frozen=True)

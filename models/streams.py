@@ -141,10 +141,25 @@ def _load(name: str, split: str) -> tuple[Prompt, ...]:
     return tuple(prompts)
 
 
-def load_stream(name: str, split: str = "train") -> list[Prompt]:
-    """The prompts of stream `name` ("code", "math", "text") for `split` ("train" or "test")."""
+def load_stream(name: str, split: str = "train", *, target: Path | None = None) -> list[Prompt]:
+    """The prompts of stream `name` ("code", "math", "text") for `split` ("train" or "test");
+    with ``target`` (a model or export folder), as that model reads them (``for_target``)."""
     _check(name, split)
-    return list(_load(name, split))
+    prompts = list(_load(name, split))
+    return for_target(prompts, target) if target is not None else prompts
+
+
+def for_target(prompts: list[Prompt], target: Path) -> list[Prompt]:
+    """Prompts wrapped in the target's chat template where it has one (an instruct model answers a
+    user turn); a base model's prompts are returned as they are."""
+    from dataclasses import replace
+
+    from omnidraft.runtime.chat import load_template, render
+
+    template = load_template(target)
+    if template is None:
+        return prompts
+    return [replace(p, prompt=render(template, p.prompt)) for p in prompts]
 
 
 def load_stream_file(path: str | Path) -> list[Prompt]:

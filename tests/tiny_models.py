@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 
 
 def make_tiny_model(
@@ -38,6 +38,14 @@ def make_tiny_model(
     torch.manual_seed(seed)
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common))
+    elif arch == "gemma3":
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+        # Gemma 3's shape at toy size: one KV head, q/k norms, a sliding window far shorter than the
+        # prompts (so windowed layers really drop keys), every sixth layer global.
+        common.update(num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)
+        common["layer_types"] = ["sliding_attention"] * (layers - 1) + ["full_attention"]
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common))
     else:
         model = Qwen2ForCausalLM(Qwen2Config(**common))
     with torch.no_grad():  # sharpen the random logits so greedy runs are not dominated by ties
@@ -47,6 +55,76 @@ def make_tiny_model(
     shutil.copy(Path(tokenizer_dir) / "tokenizer.json", tmp / "tokenizer.json")
     tmp.rename(folder)
     return folder
+
+
+def make_tiny_bpe(folder: Path) -> Path:
+    """A 400-token byte-level BPE tokenizer trained on a few lines, with Qwen's special tokens: a
+    vocabulary small enough that a GGUF of it converts in seconds."""
+    folder = Path(folder)
+    if (folder / "tokenizer.json").is_file():
+        return folder
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = ["def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"] * 4
+    text += ["The quick brown fox jumps over the lazy dog. Question: what is 12 plus 30? Answer: 42."] * 4
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tok.train_from_iterator(text, trainer)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def write_gguf(model_dir: Path, path: Path) -> Path:
+    """Write a tiny Qwen2 model folder (with a make_tiny_bpe tokenizer) as an F32 GGUF file: the
+    tests' stand-in for a real downloaded GGUF."""
+    import json
+
+    import gguf
+    from safetensors.numpy import load_file
+
+    model_dir = Path(model_dir)
+    cfg = json.loads((model_dir / "config.json").read_text())
+    spec = json.loads((model_dir / "tokenizer.json").read_text())
+    vocab = {**spec["model"]["vocab"], **{t["content"]: t["id"] for t in spec["added_tokens"]}}
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    special = {t["content"] for t in spec["added_tokens"]}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_name("tiny qwen2")
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(float(cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]))
+    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in special else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_eos_token_id(vocab["<|im_end|>"])
+    w.add_bos_token_id(vocab["<|endoftext|>"])
+    w.add_chat_template(
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, cfg["num_hidden_layers"])
+    for name, tensor in load_file(str(model_dir / "model.safetensors")).items():
+        w.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), tensor.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
 
 
 class ScriptedDrafter:

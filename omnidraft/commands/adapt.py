@@ -11,8 +11,12 @@ HELP = "adapt the drafter online to a target on a prompt stream (hybrid distilla
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", type=Path, required=True, help="drafter Hugging Face folder (the base weights)")
-    p.add_argument("--target", type=Path, required=True, help="target: HF folder or export folder")
+    p.add_argument("--drafter", required=True, help="drafter Hugging Face folder (the base weights) or .gguf file")
+    p.add_argument(
+        "--target",
+        required=True,
+        help="target: HF folder, export folder, .gguf file or a name from `omnidraft models list`",
+    )
     p.add_argument("--stream", required=True, help='code | math | text, or a JSONL file of {"prompt": ...} lines')
     p.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md, acceptance.png")
     p.add_argument(
@@ -159,9 +163,11 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument(
             f"--eval-draft-lens takes comma-separated integers like 1,2,3,4 (got {args.eval_draft_lens!r})"
         ) from None
+    from omnidraft.models.sources import resolve
+
     result = adapt_stream(
-        args.drafter,
-        args.target,
+        resolve(args.drafter),
+        resolve(args.target),
         args.stream,
         args.out,
         cfg,

@@ -12,7 +12,7 @@ def _csv(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="Hugging Face model folder to export")
+    parser.add_argument("--model", required=True, help="model to export: HF folder, .gguf file or model name")
     parser.add_argument("--out", required=True, help="folder for the exports and bench_export.{json,md}")
     parser.add_argument("--formats", type=_csv, default=None, help="comma list (default: onnx,executorch)")
     parser.add_argument("--quants", type=_csv, default=None, help="comma list (default: every quant of each format)")
@@ -37,9 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from omnidraft.export.bench import run_bench
+    from omnidraft.models.sources import resolve
 
     result = run_bench(
-        args.model,
+        resolve(args.model),
         args.out,
         args.formats,
         args.quants,

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from omnidraft.export.recipes import EMBEDDING_QUANTS, ET_PATHS, FORMATS, MIN_TOP1_AGREEMENT, ONNX_PATHS, QUANTS
+from omnidraft.export.recipes import (
+    EMBEDDING_QUANTS,
+    ET_PATHS,
+    FORMATS,
+    MIN_TOP1_AGREEMENT,
+    ONNX_PATHS,
+    QUANTS,
+    SUPPORTED_ARCHITECTURES,
+)
 
 HELP = "export a model folder to ONNX or ExecuTorch (.pte) with a KV cache, quantized, parity-checked"
 
@@ -13,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         required=True,
-        help="Hugging Face folder (config.json, model.safetensors, "
-        "tokenizer.json); architectures: LlamaForCausalLM, Qwen2ForCausalLM",
+        help="Hugging Face folder (config.json, model.safetensors, tokenizer.json), a .gguf file or a model "
+        f"name from `omnidraft models list`; architectures: {', '.join(SUPPORTED_ARCHITECTURES)}",
     )
     # Choices are validated in the library so a bad value gets the same one-line error everywhere.
     parser.add_argument("--format", required=True, help=f"one of: {', '.join(FORMATS)}")
@@ -70,9 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from omnidraft.export.pipeline import export_model
+    from omnidraft.models.sources import resolve
 
     result = export_model(
-        args.model,
+        resolve(args.model),
         args.format,
         args.quant,
         args.max_seq_len,

@@ -12,10 +12,20 @@ HELP = "generate text with a drafter speeding up a target (any mix of HF and exp
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--drafter", type=Path, help="drafter: HF folder or export folder (not needed for --mode target-only)"
+        "--drafter", help="drafter: HF folder, export folder, .gguf file or model name (not for --mode target-only)"
     )
-    p.add_argument("--target", type=Path, required=True, help="target: HF folder or export folder")
+    p.add_argument(
+        "--target",
+        required=True,
+        help="target: HF folder, export folder, .gguf file or a name from `omnidraft models list`",
+    )
     p.add_argument("--prompt", required=True)
+    p.add_argument(
+        "--chat",
+        default="auto",
+        help="auto (default): wrap the prompt in the target's chat template where it has one (instruct models) | "
+        "on: require one | off: send the prompt as raw text",
+    )
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (lossless, token-exact)")
     p.add_argument(
@@ -49,7 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from omnidraft.models.sources import resolve
     from omnidraft.runtime.accept_head import parse_draft_len
+    from omnidraft.runtime.chat import wrap
     from omnidraft.runtime.session import open_pair, save_cache
     from omnidraft.runtime.speculative import DecodeConfig
 
@@ -64,15 +76,17 @@ def run(args: argparse.Namespace) -> int:
         splits=not args.no_splits,
     )
     cfg.validate()
+    target = resolve(args.target)
+    prompt = wrap(target, args.prompt, args.chat)
     decoder = open_pair(
-        args.target,
-        None if args.mode == "target-only" else args.drafter,
+        target,
+        None if args.mode == "target-only" or args.drafter is None else resolve(args.drafter),
         cache_path=args.cache,
         cache_capacity=args.cache_capacity,
         accept_head=args.accept_head,
     )
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-    result = decoder.generate(args.prompt, cfg, on_text=stream)
+    result = decoder.generate(prompt, cfg, on_text=stream)
     if args.cache is not None and decoder.cache is not None:
         save_cache(decoder.cache, args.cache)
     st = result.stats
