@@ -83,7 +83,7 @@ def build_executorch(
     from omnidraft.runtime.backends.executorch import ExecuTorchBackend
 
     from . import executorch_llm as llm
-    from . import parity
+    from . import parity, quality
     from .quantize import quantize_embedding_int8, torchao_quantize
 
     reason = llm.unsupported_reason(info)
@@ -148,13 +148,17 @@ def build_executorch(
     backend = ExecuTorchBackend(artifact.parent, prov)
     steps = parity.run_artifact(backend, sched)
     what = f"the {quant}{'+int8-embedding' if embedding_quant != 'none' else ''} .pte"
-    fig = parity.gate(steps, ref, fp32_ref, quant if quantized else "fp32", what, threshold)
+    qual = quality.measure_artifact(backend, model, info, max_seq_len) if quantized and vocab is None else None
+    fig = parity.gate(steps, ref, fp32_ref, quant if quantized else "fp32", what, quality.parity_bar(qual, threshold))
     # Measured, not gated. The static path attends through row-stable attention over the whole cache,
     # so its rows are bit-identical (8da4w bundled target: 0.0). The LLM path's custom sdpa is not:
     # on an AVX-512 VNNI CPU its fp32 rows differ by ~1e-5 between a k-token and a 1-token call (still
     # ~2e-6 with the 1-token call fed as two), and 8da4w's per-token activation rounding turns that
     # into jumps of 0.06 now and then. The LLM path stays the default: it is ~3x faster per step.
     fig["batch_invariance"] = parity.measure_batch_invariance(backend, sched, max_seq_len)
+    if qual is not None:
+        quality.check(qual, what)
+        fig["quality"] = qual
     if not fig["batch_invariance"]["row_stable"]:
         print(
             f"note: {what} is not row-stable (verify vs decode max |Δ| "

@@ -27,6 +27,7 @@ from omnidraft.errors import ExportError
 from .hf_model import ModelInfo
 
 INPUTS = ["tokens", "input_pos"]
+LLM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 OUTPUTS = ["logits"]
 
 _LAYER_NAMES = {
@@ -49,6 +50,8 @@ _TOP_NAMES = {
 
 def unsupported_reason(info: ModelInfo) -> str | None:
     """Why this model cannot take the LLM path (None when it can)."""
+    if info.architecture not in LLM_ARCHITECTURES:
+        return f"the {info.architecture} architecture (the LLM path builds Llama and Qwen2)"
     cfg = json.loads((info.folder / "config.json").read_text())
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if (rope.get("rope_type") or rope.get("type") or "default") != "default":

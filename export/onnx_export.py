@@ -21,6 +21,7 @@ from transformers import DynamicCache
 
 from omnidraft.errors import ExportError
 
+from . import quality
 from .draft_vocab import small_logits
 from .hf_model import ModelInfo
 from .parity import Built
@@ -49,7 +50,7 @@ class _FlatKV(torch.nn.Module):
         self.model, self.num_layers, self.head = model, num_layers, head
 
     def forward(self, input_ids: torch.Tensor, *past: torch.Tensor):
-        cache = DynamicCache(config=self.model.config)
+        cache = DynamicCache()  # full-length layers: the graph's past may be longer than a sliding window
         for i in range(self.num_layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
         out = self.model(
@@ -158,11 +159,15 @@ def build_onnx(
     fp32_path.unlink()
     q_backend = OrtBackend(artifact.parent, replace(prov, artifact_file=artifact.name))
     steps = parity.run_artifact(q_backend, sched)
+    qual = quality.measure_artifact(q_backend, model, info, max_seq_len) if vocab is None else None
     ref_model = ort_reference(model, quant)
     ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
-    fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} ONNX graph", threshold)
+    fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} ONNX graph", quality.parity_bar(qual, threshold))
     fig["fp32_graph_max_abs_diff"] = fp32_fig["max_abs_diff"]
     fig["batch_invariance"] = parity.gate_batch_invariance(q_backend, sched, max_seq_len, f"the {quant} ONNX graph")
+    if qual is not None:
+        quality.check(qual, f"the {quant} ONNX graph")
+        fig["quality"] = qual
     if head is not None:
         fig["accept_head"] = parity.gate_accept(
             q_backend, sched, ref_model, _head_reference(head, quant), False, f"the {quant} ONNX graph"

@@ -42,7 +42,13 @@ EXPORTER = "onnxruntime-genai model builder (GroupQueryAttention, MatMulNBits)"
 HIDDEN = "hidden_states"
 ACCEPT_OUTPUT = "accept_logits"
 # Our quants -> the builder's precision and options (block 32 everywhere, as export/quantize.py).
-PRECISION = {"fp32": ("fp32", []), "int8": ("int8", ["accuracy_level=4"]), "int4": ("int4", [])}
+# int4 quantizes the embedding table too (GatherBlockQuantized): an untied 0.5B model's fp32 table
+# alone is half a gigabyte.
+PRECISION = {
+    "fp32": ("fp32", []),
+    "int8": ("int8", ["accuracy_level=4"]),
+    "int4": ("int4", ["op_types_to_quantize=MatMul/Gather"]),
+}
 
 
 def _run_builder(folder: Path, quant: str, out: Path, hidden: bool) -> Path:
@@ -54,11 +60,14 @@ def _run_builder(folder: Path, quant: str, out: Path, hidden: bool) -> Path:
             "as pyproject.toml pins it); or use --onnx-path torch"
         )
     precision, opts = PRECISION[quant]
-    opts = ["hf_token=false", "block_size=32", *opts] + (["include_hidden_states=true"] if hidden else [])
+    # windowed_kv_cache=false: sliding-window layers keep full-length past tensors like every other
+    # layer (the attention op still masks to the window), so a rollback is the same slice everywhere.
+    opts = ["hf_token=false", "block_size=32", "windowed_kv_cache=false", *opts]
+    opts += ["include_hidden_states=true"] if hidden else []
     cmd = [
         sys.executable,
         "-m",
-        "onnxruntime_genai.models.builder",
+        "omnidraft.export.genai_builder",
         "-i",
         str(folder),
         "-o",
@@ -245,7 +254,7 @@ def build_genai(
 
     from omnidraft.runtime.backends.ort import OrtBackend
 
-    from . import parity
+    from . import parity, quality
     from .onnx_export import _head_reference
     from .quantize import ort_reference
 
@@ -272,10 +281,13 @@ def build_genai(
     if quant == "fp32":
         fig = parity.gate(steps, fp32_ref, fp32_ref, "fp32", "the fp32 onnxruntime-genai graph", threshold)
         ref_model = model
+        qual = None
     else:
+        qual = quality.measure_artifact(backend, model, info, max_seq_len) if vocab is None else None
         ref_model = ort_reference(model, quant, embedding=quantized_embedding)
         ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
-        fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} onnxruntime-genai graph", threshold)
+        bar = quality.parity_bar(qual, threshold)
+        fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} onnxruntime-genai graph", bar)
     if head is not None:
         ref_head = head if quant == "fp32" else _head_reference(head, quant)
         fig["accept_head"] = parity.gate_accept(
@@ -288,4 +300,7 @@ def build_genai(
         else parity.measure_batch_invariance(backend, sched, max_seq_len)
     )
     fig["batch_invariance"]["single_row_padded"] = pad
+    if qual is not None:
+        quality.check(qual, what)
+        fig["quality"] = qual
     return Built(inputs, outputs, fig, EXPORTER, pad_single_row=pad)

@@ -39,6 +39,11 @@ class ExportResult:
         inv = p.get("batch_invariance")
         if inv:
             fig += f"; verify vs decode max |Δ| {inv['verify_vs_decode_max_abs_diff']:.2g}"
+        q = p.get("quality")
+        if q:
+            fig += f"; held-out text vs fp32: top-1 {q['top1_vs_fp32']:.1%}, perplexity x{q['ppl_ratio']:.3f}" + (
+                "" if q["gated"] else " (measured, not gated: the fp32 model does not predict the text)"
+            )
         return (
             f"exported {m.format}/{m.quant} {m.architecture} -> {self.out_dir / m.artifact_file} "
             f"({size:.1f} MiB) in {self.seconds:.1f} s; parity {fig}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omnidraft.errors import InvalidArgument
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM")
 
 # format -> allowed --quant values (first one is the default)
 QUANTS: dict[str, tuple[str, ...]] = {

@@ -14,6 +14,13 @@ from omnidraft.errors import ModelFolderError
 from omnidraft.runtime.backends.base import check_forward_args
 
 
+def _full_cache() -> DynamicCache:
+    """A cache that keeps every position in every layer. Sliding-window layers (Gemma 3) then still
+    attend only within their window, through the mask, but a rollback can crop any of them: a
+    window-sized cache cannot give back positions it has dropped."""
+    return DynamicCache()
+
+
 class TorchEagerBackend:
     name = "torch"
 
@@ -33,7 +40,7 @@ class TorchEagerBackend:
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         limit = int(getattr(cfg, "max_position_embeddings", 2048))
         self.max_seq_len = min(max_seq_len or limit, limit)
-        self._cache = DynamicCache(config=cfg)
+        self._cache = _full_cache()
         self._len = 0
         self.head = None  # AcceptHead, attached by the loader when the drafter has one
         # Online head training (omnidraft.adapt.head) sets a list here: every call then appends the
@@ -94,5 +101,5 @@ class TorchEagerBackend:
             self._len = length
 
     def reset(self) -> None:
-        self._cache = DynamicCache(config=self.model.config)
+        self._cache = _full_cache()
         self._len = 0
