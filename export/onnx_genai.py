@@ -34,6 +34,7 @@ import torch
 
 from omnidraft.errors import ExportError
 
+from .genai_weights import builder_options, precision, quantize_embedding
 from .hf_model import ModelInfo
 from .onnx_export import PROTOBUF_LIMIT
 from .parity import Built
@@ -42,16 +43,10 @@ EXPORTER = "onnxruntime-genai model builder (GroupQueryAttention, MatMulNBits)"
 HIDDEN = "hidden_states"
 ACCEPT_OUTPUT = "accept_logits"
 # Our quants -> the builder's precision and options (block 32 everywhere, as export/quantize.py).
-# int4 quantizes the embedding table too (GatherBlockQuantized): an untied 0.5B model's fp32 table
-# alone is half a gigabyte.
-PRECISION = {
-    "fp32": ("fp32", []),
-    "int8": ("int8", ["accuracy_level=4"]),
-    "int4": ("int4", ["op_types_to_quantize=MatMul/Gather"]),
-}
+PRECISION = {"fp32": "fp32", "int8": "int8", "int4": "int4"}
 
 
-def _run_builder(folder: Path, quant: str, out: Path, hidden: bool) -> Path:
+def _run_builder(folder: Path, quant: str, out: Path, hidden: bool, wide_ends: bool = False) -> Path:
     import importlib.util
 
     if importlib.util.find_spec("onnxruntime_genai") is None:
@@ -59,7 +54,7 @@ def _run_builder(folder: Path, quant: str, out: Path, hidden: bool) -> Path:
             "--onnx-path genai needs onnxruntime-genai (pip install onnxruntime-genai==0.18.0, "
             "as pyproject.toml pins it); or use --onnx-path torch"
         )
-    precision, opts = PRECISION[quant]
+    precision, opts = PRECISION[quant], builder_options(quant, wide_ends=wide_ends)
     # windowed_kv_cache=false: sliding-window layers keep full-length past tensors like every other
     # layer (the attention op still masks to the window), so a rollback is the same slice everywhere.
     opts = ["hf_token=false", "block_size=32", "windowed_kv_cache=false", *opts]
@@ -204,15 +199,25 @@ def resolve_path(onnx_path: str, info: ModelInfo, max_seq_len: int, trimmed: boo
 
 
 def export_genai(
-    folder: Path, info: ModelInfo, quant: str, path: Path, vocab=None, head: torch.nn.Module | None = None
-) -> tuple[list[str], list[str], bool]:
+    folder: Path,
+    info: ModelInfo,
+    quant: str,
+    path: Path,
+    vocab=None,
+    head: torch.nn.Module | None = None,
+    *,
+    wide_ends: bool = False,
+) -> tuple[list[str], list[str], dict[str, int]]:
     """Build, trim, attach the head and write one self-contained ``path``; return (inputs, outputs,
-    whether the embedding table is quantized: the builder's int4 shares it with the LM head)."""
+    bits of the embedding table and the LM head, genai_weights.precision)."""
     import onnx
 
     with tempfile.TemporaryDirectory(prefix="genai-", dir=path.parent) as tmp:
         work = Path(tmp)
-        model = onnx.load(str(_run_builder(folder, quant, work, head is not None)))  # reads its external data
+        built = _run_builder(folder, quant, work, head is not None, wide_ends)
+        model = onnx.load(str(built))  # reads its external data
+        if quant == "int8" or (quant == "int4" and wide_ends):
+            quantize_embedding(model)
         if vocab is not None:
             _trim_lm_head(model, vocab)
         if head is not None:
@@ -233,7 +238,7 @@ def export_genai(
             f"the builder's graph has inputs {inputs[:3]}… and outputs {outputs[:2]}…, not the "
             "input_ids/attention_mask -> logits signature omnidraft runs; use --onnx-path torch"
         )
-    return inputs, outputs, any(n.op_type == "GatherBlockQuantized" for n in model.graph.node)
+    return inputs, outputs, precision(model)
 
 
 def build_genai(
@@ -262,29 +267,43 @@ def build_genai(
         from .draft_vocab import trim_head
 
         trim_head(model, "lm_head", vocab)
-    inputs, outputs, quantized_embedding = export_genai(info.folder, info, quant, artifact, vocab, head)
-    on_gate()
-    prov = parity.provisional_manifest(
-        "onnx",
-        quant,
-        info,
-        max_seq_len,
-        artifact,
-        inputs,
-        outputs,
-        vocab.manifest_entry() if vocab is not None else None,
-    )
     pad = vocab is None  # it may be a target
-    backend = OrtBackend(artifact.parent, replace(prov, pad_single_row=pad))
+    # A target's int4 graph keeps its embedding and LM head at 8 bits where 4 fails the quality gate.
+    attempts = (False, True) if quant == "int4" and vocab is None else (False,)
+    for wide_ends in attempts:
+        inputs, outputs, bits = export_genai(info.folder, info, quant, artifact, vocab, head, wide_ends=wide_ends)
+        on_gate()
+        prov = parity.provisional_manifest(
+            "onnx",
+            quant,
+            info,
+            max_seq_len,
+            artifact,
+            inputs,
+            outputs,
+            vocab.manifest_entry() if vocab is not None else None,
+        )
+        backend = OrtBackend(artifact.parent, replace(prov, pad_single_row=pad))
+        qual = quality.measure_artifact(backend, model, info, max_seq_len) if quant != "fp32" and pad else None
+        if qual is None or quality.passes(qual) or wide_ends == attempts[-1]:
+            break
+        print(
+            f"note: with every weight at 4 bits the graph keeps {qual['top1_vs_fp32']:.1%} of the fp32 model's "
+            f"greedy choices (perplexity x{qual['ppl_ratio']:.3f}); rebuilding with the embedding and LM head at 8 bits",
+            file=sys.stderr,
+        )
     steps = parity.run_artifact(backend, sched)
     fp32_ref = parity.reference_logits(parity.hf_logits(model), sched)
     if quant == "fp32":
         fig = parity.gate(steps, fp32_ref, fp32_ref, "fp32", "the fp32 onnxruntime-genai graph", threshold)
         ref_model = model
-        qual = None
     else:
-        qual = quality.measure_artifact(backend, model, info, max_seq_len) if vocab is None else None
-        ref_model = ort_reference(model, quant, embedding=quantized_embedding)
+        ref_model = ort_reference(
+            model,
+            quant,
+            embedding_bits=bits["embedding"] if bits["embedding"] < 32 else 0,
+            head_bits=bits["lm_head"] if bits["lm_head"] < 32 else None,
+        )
         ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
         bar = quality.parity_bar(qual, threshold)
         fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} onnxruntime-genai graph", bar)
@@ -300,6 +319,7 @@ def build_genai(
         else parity.measure_batch_invariance(backend, sched, max_seq_len)
     )
     fig["batch_invariance"]["single_row_padded"] = pad
+    fig["weights_bits"] = bits
     if qual is not None:
         quality.check(qual, what)
         fig["quality"] = qual

@@ -122,10 +122,13 @@ def measure(artifact_run, fp32_run, sequences: list[list[int]]) -> dict:
     }
 
 
+def passes(fig: dict, *, min_top1: float = MIN_TOP1_VS_FP32, max_ppl_ratio: float = MAX_PPL_RATIO) -> bool:
+    ok = math.isfinite(fig["ppl"]) and fig["top1_vs_fp32"] >= min_top1 and fig["ppl_ratio"] <= max_ppl_ratio
+    return ok or not fig["gated"]
+
+
 def check(fig: dict, what: str, *, min_top1: float = MIN_TOP1_VS_FP32, max_ppl_ratio: float = MAX_PPL_RATIO) -> None:
-    if not fig["gated"]:
-        return
-    if not math.isfinite(fig["ppl"]) or fig["top1_vs_fp32"] < min_top1 or fig["ppl_ratio"] > max_ppl_ratio:
+    if not passes(fig, min_top1=min_top1, max_ppl_ratio=max_ppl_ratio):
         raise ExportError(
             f"quality gate failed: {what} keeps {fig['top1_vs_fp32']:.1%} of the fp32 model's greedy choices "
             f"(needs {min_top1:.0%}) and multiplies its perplexity by {fig['ppl_ratio']:.3f} (at most "

@@ -128,16 +128,41 @@ def _fq_block(w: torch.Tensor, bits: int, block: int = GROUP_SIZE) -> torch.Tens
     return ((wp / s).round().clamp(lo, -lo - 1) * s).reshape(rows, -1)[:, :cols]
 
 
-def ort_reference(model: torch.nn.Module, quant: str, embedding: bool = True) -> torch.nn.Module:
-    """An eager copy computing what the ORT-quantized graph computes, up to kernel rounding
-    (``embedding``: int4 quantizes the embedding table too, as ``ort_quantize`` does)."""
+def ort_reference(
+    model: torch.nn.Module, quant: str, *, embedding_bits: int | None = None, head_bits: int | None = None
+) -> torch.nn.Module:
+    """An eager copy computing what the ORT-quantized graph computes, up to kernel rounding. Linear
+    weights take ``quant``'s bits, the LM head ``head_bits`` (default: the same), the embedding table
+    ``embedding_bits`` (default: 4 for int4, as ``ort_quantize`` does, else left in fp32)."""
+    bits = 8 if quant == "int8" else 4
+    head_bits = head_bits or bits
+    embedding_bits = embedding_bits if embedding_bits is not None else (4 if quant == "int4" else None)
     ref = copy.deepcopy(model)
     untie_lm_head(ref)
+    head = ref.get_output_embeddings()
     with torch.no_grad():
         for m in ref.modules():
             if isinstance(m, torch.nn.Linear):
-                m.weight.copy_(_fq_block(m.weight, 8 if quant == "int8" else 4))
-        if quant == "int4" and embedding:
+                m.weight.copy_(_fq_block(m.weight, head_bits if m is head else bits))
+        if embedding_bits:
             emb = ref.get_input_embeddings()
-            emb.weight.copy_(_fq_block(emb.weight, 4))
+            emb.weight.copy_(_fq_block(emb.weight, embedding_bits))
     return ref.eval()
+
+
+def block_quantize_8bit(w, block: int = GROUP_SIZE):
+    """``_fq_block``'s 8-bit grid as stored codes: uint8 data (code + 128, zero point 128) and fp32
+    scales per block of ``block`` along dim 1, for GatherBlockQuantized."""
+    import numpy as np
+
+    t = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))
+    rows, cols = t.shape
+    if cols % block:
+        raise ExportError(f"an embedding width of {cols} is not a multiple of the {block}-wide quantization block")
+    wp = t.reshape(rows, -1, block)
+    mx = torch.gather(wp, -1, wp.abs().argmax(-1, keepdim=True))
+    s = mx / -128
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    q = (wp / s).round().clamp(-128, 127)
+    data = (q + 128).to(torch.uint8).reshape(rows, cols).numpy()
+    return data, s.reshape(rows, -1).numpy().astype(np.float32)
