@@ -12,7 +12,7 @@ from omnidraft.models.gguf_tokenizers import cache_dir
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 ROLES = ("drafter", "target")
 # Bump when the exporters change what they produce for the same inputs, so cached exports are rebuilt.
-EXPORT_REVISION = 5
+EXPORT_REVISION = 6
 # Drafter exports keep their 4,096 most frequent tokens (export/draft_vocab.py) where the folder
 # ranks them (token_counts.json). The bundled drafter's 1-token ORT step: 0.48 ms with all 32,000,
 # 0.28 ms with 4,096 (1 thread); the held-out reference text of the streams is 91-92 % covered.
@@ -66,10 +66,11 @@ def cached_export(
     progress: bool = True,
     accept_head: Path | None = None,
     draft_vocab: int | None = None,
+    et_path: str = "auto",
 ) -> Path:
-    """Export ``folder`` once per (weights, format, quant, length[, acceptance head, draft vocabulary]);
-    later calls reuse the valid export."""
-    tag = ""
+    """Export ``folder`` once per (weights, format, quant, length[, acceptance head, draft vocabulary,
+    ExecuTorch path]); later calls reuse the valid export."""
+    tag = f"-{et_path}" if fmt == "executorch" and et_path != "auto" else ""
     if accept_head is not None:
         from omnidraft.runtime.accept_head import read_head
 
@@ -99,8 +100,16 @@ def cached_export(
         progress=progress,
         accept_head=accept_head,
         draft_vocab=draft_vocab or None,
+        et_path=et_path,
     )
     return out
+
+
+def target_export(folder: Path, fmt: str, quant: str, max_seq_len: int, progress: bool = True) -> Path:
+    """``cached_export`` of a target. An ExecuTorch target takes the static-cache path: its attention
+    is row-stable, so verifying k tokens gives the rows k decode steps give and speculative greedy
+    output equals target-only (the faster LLM path's custom sdpa is not, see export/executorch_export.py)."""
+    return cached_export(folder, fmt, quant, max_seq_len, progress, et_path="static" if fmt == "executorch" else "auto")
 
 
 def drafter_vocab(folder: Path, requested: int | None = DRAFT_VOCAB) -> int | None:

@@ -1,4 +1,5 @@
-"""`omnidraft demo`: the bundled pair, exported, decoding the task streams against target-only."""
+"""`omnidraft demo`: the bundled drafter and real targets, exported, decoding the task streams
+against target-only, before and after one online adaptation pass."""
 
 from __future__ import annotations
 
@@ -7,17 +8,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.atomic import save_figure, write_json
-from omnidraft.bench.bundled import cached_export, check_bundled, drafter_export, drafter_vocab
+from omnidraft.bench.bundled import check_bundled, drafter_export, drafter_vocab, target_export
 from omnidraft.bench.streams_eval import StreamRun, run_stream
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
 from omnidraft.runtime.speculative import DecodeConfig
 
 BACKENDS = {"ort": ("onnx", "int8"), "executorch": ("executorch", "8da4w"), "torch": (None, None)}
+# The real pairs: the bundled drafter against each installed target, on the streams it is good at.
+REAL_TARGETS = (("qwen2.5-coder-0.5b-instruct", ("code", "math")), ("gemma-3-270m", ("text",)))
+PAIRS = ("real", "tiny")
+
+
+@dataclass(frozen=True)
+class DemoPair:
+    label: str
+    drafter: Path  # Hugging Face folders; exports are derived per backend
+    target: Path
+    streams: tuple[str, ...]
 
 
 @dataclass
 class DemoSettings:
+    pair: str = "real"  # "real" (installed real targets), "tiny" (the bundled pair) or "DRAFTER,TARGET"
     streams: tuple[str, ...] = STREAMS
     prompts: int = 10
     max_new_tokens: int = 48
@@ -46,17 +59,37 @@ class DemoSettings:
         return cls(prompts=4, max_new_tokens=32, **{"adapt_prompts": 0, **kw})
 
 
-def open_models(backend: str, max_seq_len: int, progress: bool = True) -> tuple[Path, Path]:
-    """Paths (HF folders or cached exports) of the bundled drafter and target for ``backend``."""
+def demo_pairs(s: DemoSettings) -> list[DemoPair]:
+    """The pairs the demo decodes, each with the requested streams it covers (checked before any work)."""
+    from omnidraft.models.sources import resolve
+
+    folders = check_bundled()
+    if s.pair == "tiny":
+        pairs = [DemoPair("bundled target", folders["drafter"], folders["target"], STREAMS)]
+    elif s.pair == "real":
+        pairs = [DemoPair(name, folders["drafter"], resolve(name), streams) for name, streams in REAL_TARGETS]
+    else:
+        parts = [p.strip() for p in s.pair.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise InvalidArgument(f"unknown --pair {s.pair!r}; use real, tiny or DRAFTER,TARGET")
+        pairs = [DemoPair(parts[1], resolve(parts[0]), resolve(parts[1]), STREAMS)]
+    pairs = [DemoPair(p.label, p.drafter, p.target, tuple(n for n in p.streams if n in s.streams)) for p in pairs]
+    pairs = [p for p in pairs if p.streams]
+    if not pairs:
+        raise InvalidArgument(f"--streams {','.join(s.streams)} selects no stream of the {s.pair} pairs")
+    return pairs
+
+
+def open_models(pair: DemoPair, backend: str, max_seq_len: int, progress: bool = True) -> tuple[Path, Path]:
+    """Paths (HF folders or cached exports) of the pair's drafter and target for ``backend``."""
     if backend not in BACKENDS:
         raise InvalidArgument(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    folders = check_bundled()
     fmt, quant = BACKENDS[backend]
     if fmt is None:
-        return folders["drafter"], folders["target"]
+        return pair.drafter, pair.target
     return (
-        drafter_export(folders["drafter"], fmt, quant, max_seq_len, progress),
-        cached_export(folders["target"], fmt, quant, max_seq_len, progress),
+        drafter_export(pair.drafter, fmt, quant, max_seq_len, progress),
+        target_export(pair.target, fmt, quant, max_seq_len, progress),
     )
 
 
@@ -87,7 +120,7 @@ def markdown_table(rows: list[dict], cols: list[tuple[str, str]]) -> str:
 
 
 def _adapt(
-    s: DemoSettings, name: str, folders: dict[str, Path], target_path: Path, state: Path, progress: bool
+    s: DemoSettings, name: str, pair: DemoPair, target_path: Path, state: Path, progress: bool
 ) -> tuple[Path, Path, dict]:
     """One pass of online adaptation over the stream's first train prompts: returns the adapted
     drafter (exported for the demo's backend), its n-gram cache, and a summary."""
@@ -112,9 +145,9 @@ def _adapt(
         head_variant="interleaved",
         tune_gamma=auto,
     )
-    train = [p.prompt for p in load_stream(name, "train")[: s.adapt_prompts]]
+    train = [p.prompt for p in load_stream(name, "train", target=pair.target)[: s.adapt_prompts]]
     # The adapter decodes with the deployed target (the backend's export) so its targets are on-policy.
-    ad = OnlineAdapter(folders["drafter"], target_path, state / "adapt" / name, cfg)
+    ad = OnlineAdapter(pair.drafter, target_path, state / "adapt" / name, cfg)
     bar = tqdm(
         total=len(train),
         desc=f"{name}: adapt (LoRA, hybrid)",
@@ -176,10 +209,11 @@ def _warm_up(dec, prompt: str) -> None:
     dec.generate(prompt, DecodeConfig(max_new_tokens=4, draft_len=2, mode="dm"))
 
 
-def _row(name: str, phase: str, run: StreamRun, base: StreamRun, cache_entries: int) -> dict:
+def _row(target: str, name: str, phase: str, run: StreamRun, base: StreamRun, cache_entries: int) -> dict:
     n = min(base.prompts, run.prompts)
     r = run.row()
     r.update(
+        target=target,
         stream=name,
         phase=phase,
         target_only_tokens_per_s=round(base.tokens_per_s, 2),
@@ -221,46 +255,52 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             "--draft-len auto needs the acceptance head the adaptation pass trains; "
             "set --adapt-prompts N >= 1 and --adapt-streams, or use a fixed --draft-len K"
         )
-    folders = check_bundled()
-    drafter_path, target_path = open_models(s.backend, s.max_seq_len, progress)
+    pairs = demo_pairs(s)  # a missing or uninstalled model fails here, before any export
     state = s.out / "state"
     shutil.rmtree(state, ignore_errors=True)  # each demo run starts from the untrained drafter
-    rows, curves, adaptation = [], {}, {}
+    rows, curves, adaptation, artifacts = [], {}, {}, []
     # auto: the untrained drafter has no head yet, so its row drafts a fixed K = 4
     cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=4 if auto else s.draft_len)
-    for name in s.streams:
-        prompts = [p.prompt for p in load_stream(name, "test")[: s.prompts]]
-        dec = open_pair(target_path, drafter_path)
-        _warm_up(dec, prompts[0])
-        base = run_stream(
-            dec,
-            prompts,
-            DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only"),
-            f"{name}: target-only",
-            progress,
+    stop = False
+    for pair in pairs:
+        drafter_path, target_path = open_models(pair, s.backend, s.max_seq_len, progress)
+        artifacts.append(
+            {"target": pair.label, "drafter_artifact": str(drafter_path), "target_artifact": str(target_path)}
         )
-        spec = run_stream(dec, prompts, cfg, f"{name}: omnidraft", progress)
-        rows.append(_row(name, "untrained", spec, base, len(dec.cache)))
-        curves[f"{name} (untrained)"] = spec
-        if base.interrupted or spec.interrupted:
-            break
-        if s.adapt_prompts and name in s.adapt_streams:
-            adapted_path, cache_path, adaptation[name] = _adapt(s, name, folders, target_path, state, progress)
-            dec = open_pair(target_path, adapted_path, cache_path=cache_path)
+        for name in pair.streams:
+            prompts = [p.prompt for p in load_stream(name, "test", target=pair.target)[: s.prompts]]
+            dec = open_pair(target_path, drafter_path)
             _warm_up(dec, prompts[0])
-            # --draft-len auto keeps --gamma and K_max 16 rather than the pass's tuned setting: the pass
-            # drafts with the eager drafter (~5x the exported drafter's cost per call), so that
-            # setting is biased toward short drafts.
-            acfg = cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto", gamma=s.gamma)
-            after = run_stream(dec, prompts, acfg, f"{name}: omnidraft adapted", progress)
-            rows.append(_row(name, "adapted + adaptive K" if auto else "adapted", after, base, len(dec.cache)))
-            curves[f"{name} (adapted)"] = after
-            if after.interrupted:
+            only = DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only")
+            base = run_stream(dec, prompts, only, f"{pair.label} {name}: target-only", progress)
+            spec = run_stream(dec, prompts, cfg, f"{pair.label} {name}: omnidraft", progress)
+            rows.append(_row(pair.label, name, "untrained", spec, base, len(dec.cache)))
+            curves[f"{pair.label} {name} (untrained)"] = spec
+            if stop := base.interrupted or spec.interrupted:
                 break
+            if s.adapt_prompts and name in s.adapt_streams:
+                adapted, cache_path, adaptation[f"{pair.label}/{name}"] = _adapt(
+                    s, name, pair, target_path, state / pair.label, progress
+                )
+                dec = open_pair(target_path, adapted, cache_path=cache_path)
+                _warm_up(dec, prompts[0])
+                # --draft-len auto keeps --gamma and K_max 16 rather than the pass's tuned setting: the pass
+                # drafts with the eager drafter (~5x the exported drafter's cost per call), so that
+                # setting is biased toward short drafts.
+                acfg = (
+                    cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto", gamma=s.gamma)
+                )
+                after = run_stream(dec, prompts, acfg, f"{pair.label} {name}: omnidraft adapted", progress)
+                phase = "adapted + adaptive K" if auto else "adapted"
+                rows.append(_row(pair.label, name, phase, after, base, len(dec.cache)))
+                curves[f"{pair.label} {name} (adapted)"] = after
+                if stop := after.interrupted:
+                    break
+        if stop:
+            break
     report = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()},
-        "drafter": str(drafter_path),
-        "target": str(target_path),
+        "pairs": artifacts,
         "rows": rows,
         "adaptation": adaptation,
     }
@@ -273,6 +313,7 @@ def summary_table(report: dict) -> str:
     return markdown_table(
         report["rows"],
         [
+            ("target", "target"),
             ("stream", "stream"),
             ("phase", "drafter"),
             ("target_only_tokens_per_s", "target-only tok/s"),

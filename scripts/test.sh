@@ -2,7 +2,7 @@
 # The test command (README and CI): install what is missing, run the Python tests, then the Java core.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh || { echo "setup failed" >&2; exit 1; }
+OMNIDRAFT_SKIP_MODELS=1 bash scripts/setup.sh || { echo "setup failed" >&2; exit 1; }
 .venv/bin/python -m pytest -p no:cacheprovider tests  # -q comes from pyproject; -qq would hide the summary line
 py=$?
 bash android_demo/ci/test_core.sh

@@ -182,6 +182,8 @@ def test_demo_with_adaptive_drafting(fake_bundled, tmp_path, capsys):
         main(
             [
                 "demo",
+                "--pair",
+                "tiny",
                 "--backend",
                 "torch",
                 "--streams",
@@ -204,11 +206,11 @@ def test_demo_with_adaptive_drafting(fake_bundled, tmp_path, capsys):
         )
         == 0
     )
-    assert "| math | adapted + adaptive K |" in capsys.readouterr().out
+    assert "| bundled target | math | adapted + adaptive K |" in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
     assert [r["phase"] for r in report["rows"]] == ["untrained", "adapted + adaptive K"]
     assert report["rows"][1]["draft_len"] == "auto" and all(r["identical_to_target_only"] for r in report["rows"])
-    assert 0.05 <= report["adaptation"]["math"]["gamma"] <= 0.95
+    assert 0.05 <= report["adaptation"]["bundled target/math"]["gamma"] <= 0.95
 
 
 @pytest.mark.parametrize(
@@ -220,7 +222,7 @@ def test_demo_with_adaptive_drafting(fake_bundled, tmp_path, capsys):
     ],
 )
 def test_demo_auto_refusals(fake_bundled, capsys, extra, needle):
-    assert main(["demo", "--streams", "math", "--draft-len", "auto", *extra]) == 1
+    assert main(["demo", "--pair", "tiny", "--streams", "math", "--draft-len", "auto", *extra]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
 

@@ -49,7 +49,7 @@ def test_missing_or_damaged_file_is_named_with_a_fix(fake_bundled, role, name, d
 
 def test_cli_names_the_bad_file_in_one_line(fake_bundled, capsys):
     (fake_bundled / "target" / "model.safetensors").unlink()
-    assert main(["demo", "--backend", "torch", "--quick", "--streams", "code"]) == 1
+    assert main(["demo", "--pair", "tiny", "--backend", "torch", "--quick", "--streams", "code"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.safetensors is missing" in err[0]
 
@@ -66,6 +66,8 @@ def test_demo_runs_end_to_end_on_a_tiny_pair(fake_bundled, tmp_path, capsys):
         main(
             [
                 "demo",
+                "--pair",
+                "tiny",
                 "--backend",
                 "torch",
                 "--streams",
@@ -85,21 +87,39 @@ def test_demo_runs_end_to_end_on_a_tiny_pair(fake_bundled, tmp_path, capsys):
         == 0
     )
     table = capsys.readouterr().out
-    assert "| math | untrained |" in table and "| math | adapted |" in table
+    assert "| bundled target | math | untrained |" in table and "| bundled target | math | adapted |" in table
     report = json.loads((out / "report.json").read_text())
     assert [r["phase"] for r in report["rows"]] == ["untrained", "adapted"]
     assert all(r["identical_to_target_only"] for r in report["rows"])  # adaptation changes speed, never text
-    assert report["adaptation"]["math"]["train_prompts"] == 3 and report["adaptation"]["math"]["updates"] == 1
+    summary = report["adaptation"]["bundled target/math"]
+    assert summary["train_prompts"] == 3 and summary["updates"] == 1
     assert (out / "acceptance.png").is_file()
 
 
 def test_negative_adapt_prompts_is_refused(fake_bundled, capsys):
-    assert main(["demo", "--backend", "torch", "--streams", "math", "--adapt-prompts", "-1"]) == 1
+    assert main(["demo", "--pair", "tiny", "--backend", "torch", "--streams", "math", "--adapt-prompts", "-1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--adapt-prompts" in err[0]
 
 
 def test_unknown_adapt_stream_is_refused(fake_bundled, capsys):
-    assert main(["demo", "--backend", "torch", "--streams", "math", "--adapt-streams", "poetry"]) == 1
+    assert main(["demo", "--pair", "tiny", "--backend", "torch", "--streams", "math", "--adapt-streams", "poetry"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--adapt-streams poetry" in err[0] and "code, math, text" in err[0]
+
+
+def test_real_pairs_need_their_models_installed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OMNIDRAFT_CACHE", str(tmp_path / "empty-cache"))
+    assert main(["demo", "--quick"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "omnidraft models install qwen2.5-coder-0.5b-instruct" in err[0], err
+
+
+def test_streams_that_no_pair_covers_are_refused(fake_bundled, tmp_path, capsys):
+    from omnidraft.bench.demo import DemoSettings, demo_pairs
+    from omnidraft.errors import InvalidArgument
+
+    pairs = demo_pairs(DemoSettings(pair="tiny", streams=("math",)))
+    assert [p.streams for p in pairs] == [("math",)]
+    with pytest.raises(InvalidArgument, match="selects no stream"):
+        demo_pairs(DemoSettings(pair="tiny", streams=()))

@@ -1,16 +1,27 @@
-"""`omnidraft demo`: one command, no network, the bundled pair end to end."""
+"""`omnidraft demo`: one command, no network, the bundled drafter against real targets end to end."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-HELP = "run the bundled drafter/target pair: export, speculative decoding vs target-only, report"
+HELP = (
+    "run the bundled drafter against the real targets (Qwen2.5-Coder-0.5B-Instruct on code and math, Gemma 3 270M "
+    "on text): export, speculative decoding vs target-only, an online adaptation pass, report"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a smoke run (fewer prompts and tokens, about a minute)")
-    p.add_argument("--streams", default="code,math,text", help="comma-separated: code, math, text")
+    p.add_argument(
+        "--pair",
+        default="real",
+        help="real (default: the installed real targets, see `omnidraft models list`) | tiny (the bundled 29 M "
+        "target, offline smoke runs) | DRAFTER,TARGET (folders, .gguf files or model names)",
+    )
+    p.add_argument(
+        "--streams", default="code,math,text", help="comma-separated: code, math, text (each pair runs those it covers)"
+    )
     p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
     p.add_argument("--prompts", type=int, help="held-out prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
@@ -53,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     streams = tuple(s.strip() for s in args.streams.split(",") if s.strip())
     s = (DemoSettings.quick if args.quick else DemoSettings)(
-        streams=streams, backend=args.backend, draft_len=draft_len, out=args.out
+        pair=args.pair, streams=streams, backend=args.backend, draft_len=draft_len, out=args.out
     )
     s.gamma = args.gamma
     if args.prompts is not None:
