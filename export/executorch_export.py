@@ -113,8 +113,23 @@ def build_executorch(
     else:
         qmodel = copy.deepcopy(model) if quantized else model
     skipped: list[str] = []
+    head_bits = None
     if quant != "fp32":
         skipped = torchao_quantize(qmodel, quant)
+        if quant == "8da4w" and vocab is None:
+            # Judge the 4-bit head in eager mode, before minutes of lowering: XNNPACK's kernels track
+            # torchao's eager reference to ~2 % of the logit scale.
+            eager = (llm.eager_logits if use_llm else parity.hf_logits)(qmodel)
+            q = quality.measure_run(eager, model, info, max_seq_len)
+            if not quality.passes(q):
+                print(
+                    f"note: with a 4-bit LM head the quantized model keeps {q['top1_vs_fp32']:.1%} of the fp32 "
+                    f"model's greedy choices (perplexity x{q['ppl_ratio']:.3f}); quantizing the head to 8 bits",
+                    file=sys.stderr,
+                )
+                qmodel = llm.build_transformer(model, info, max_seq_len) if use_llm else copy.deepcopy(model)
+                head_bits = 8
+                skipped = torchao_quantize(qmodel, quant, head_bits=head_bits)
         if skipped:
             print(
                 f"note: {len(skipped)} linear layer(s) left in fp32 because their in_features is not a multiple "
@@ -159,6 +174,7 @@ def build_executorch(
     if qual is not None:
         quality.check(qual, what)
         fig["quality"] = qual
+        fig["lm_head_bits"] = head_bits or (4 if quant == "8da4w" else 8)
     if not fig["batch_invariance"]["row_stable"]:
         print(
             f"note: {what} is not row-stable (verify vs decode max |Δ| "

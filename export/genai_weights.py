@@ -25,7 +25,7 @@ def builder_options(quant: str, *, wide_ends: bool = False) -> list[str]:
         return ["accuracy_level=4"]
     if quant == "int4":
         if wide_ends:
-            return ["op_types_to_quantize=MatMul", "matmul_mixed_precision=last_matmul:int8"]
+            return ["op_types_to_quantize=MatMul", "matmul_mixed_precision=last_matmul:int8", "algo_config=rtn"]
         return ["op_types_to_quantize=MatMul/Gather"]
     return []
 

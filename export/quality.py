@@ -150,19 +150,25 @@ def parity_bar(fig: dict | None, threshold: float) -> float:
     return min(threshold, LOWERING_TOP1) if fig is not None and fig["gated"] else threshold
 
 
-def measure_artifact(backend, model, info, max_seq_len: int) -> dict:
-    """``backend`` (the artifact through the runtime) against the fp32 HF ``model`` on the passages."""
+def measure_run(run, model, info, max_seq_len: int) -> dict:
+    """``run(ids) -> logits`` (an artifact, or a quantized module in eager mode) against the fp32 HF
+    ``model`` on the passages."""
     from omnidraft.runtime.tokenizer import load_codec
 
     from .parity import hf_logits
 
     codec = load_codec(info.folder / "tokenizer.json")
     seqs = gate_sequences(info.folder / "tokenizer.json", codec.start_ids, max_seq_len)
+    return measure(run, hf_logits(model), seqs)
+
+
+def measure_artifact(backend, model, info, max_seq_len: int) -> dict:
+    """``backend`` (the artifact through the runtime) against the fp32 HF ``model`` on the passages."""
 
     def artifact_run(ids: list[int]) -> np.ndarray:
         backend.reset()
         return backend.forward(ids, 0)
 
-    fig = measure(artifact_run, hf_logits(model), seqs)
+    fig = measure_run(artifact_run, model, info, max_seq_len)
     backend.reset()
     return fig

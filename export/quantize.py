@@ -30,33 +30,46 @@ def untie_lm_head(model: torch.nn.Module) -> None:
 # --- ExecuTorch (torchao) ------------------------------------------------------------------------
 
 
-def torchao_quantize(model: torch.nn.Module, quant: str) -> list[str]:
+def _config(bits: int):
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if bits == 4:
+        return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE))
+    return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+
+
+HEAD_NAMES = ("lm_head", "output")  # transformers' and ExecuTorch's Transformer's output layer
+
+
+def torchao_quantize(model: torch.nn.Module, quant: str, *, head_bits: int | None = None) -> list[str]:
     """Apply 8da4w / 8da8w in place; return the Linear layers left in fp32.
 
     Only Int8DynamicActivationIntxWeightConfig is used: XNNPACK runs it natively, whereas
     IntxWeightOnlyConfig lowers to garbage logits on XNNPACK (see shared notes). A 4-bit group
     must divide the layer's in_features, so layers that do not fit are skipped and reported.
     """
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization import quantize_
 
-    if quant == "8da4w":
-        cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE))
-    elif quant == "8da8w":
-        cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
-    else:
+    if quant not in ("8da4w", "8da8w"):
         raise ValueError(quant)
+    bits = 4 if quant == "8da4w" else 8
+    head_bits = head_bits or bits
     untie_lm_head(model)
     skipped = [
         name
         for name, m in model.named_modules()
-        if isinstance(m, torch.nn.Linear) and quant == "8da4w" and m.in_features % GROUP_SIZE
+        if isinstance(m, torch.nn.Linear) and bits == 4 and m.in_features % GROUP_SIZE
     ]
 
-    def fits(m: torch.nn.Module, fqn: str) -> bool:
-        return isinstance(m, torch.nn.Linear) and fqn not in skipped
+    def body(m: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(m, torch.nn.Linear) and fqn not in skipped and fqn not in HEAD_NAMES
 
-    quantize_(model, cfg, filter_fn=fits)
+    def head(m: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(m, torch.nn.Linear) and fqn not in skipped and fqn in HEAD_NAMES
+
+    quantize_(model, _config(bits), filter_fn=body)
+    quantize_(model, _config(head_bits), filter_fn=head)
     return skipped
 
 

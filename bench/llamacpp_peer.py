@@ -1,0 +1,85 @@
+"""llama.cpp as the peer, through llama-cpp-python on the very GGUF file the target was converted
+from: target-only greedy decoding and llama.cpp's prompt-lookup drafter (the drafting a llama.cpp
+user has when no small model shares the target's vocabulary: llama.cpp removed cross-vocabulary
+drafting in 2026).
+
+llama-cpp-python is an optional extra (``pip install '.[peers]'``, built from its sdist with the
+system compiler); without it the rows say so. Prompts are fed as the same token ids the omnidraft rows
+use (the converted tokenizer is the GGUF's own vocabulary), and greedy means top-1 with no repeat
+penalty, as in every other row.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+from omnidraft.bench.peers import PROMPT_LOOKUP_TOKENS, PeerRun
+
+PEER_NAMES = ("llama.cpp-target-only", "llama.cpp-prompt-lookup")
+
+
+def unavailable_reason(target_folder: Path) -> str | None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "not installed (pip install '.[peers]': builds llama-cpp-python from its sdist, ~11 min on 2 cores)"
+    if gguf_of(target_folder) is None:
+        return f"no GGUF file in {target_folder} (install the target with `omnidraft models install`)"
+    return None
+
+
+def gguf_of(folder: Path) -> Path | None:
+    files = sorted(Path(folder).glob("*.gguf"))
+    return files[0] if files else None
+
+
+class LlamaCppPeers:
+    """One llama.cpp context per peer row, loaded once, ``threads`` for decode and prompt batches."""
+
+    def __init__(self, target_folder: Path, eos_ids: frozenset[int], *, threads: int, n_ctx: int) -> None:
+        self.gguf = gguf_of(target_folder)
+        self.eos = set(eos_ids)
+        self.threads, self.n_ctx = threads, n_ctx
+        self._models: dict[str, object] = {}
+
+    def _model(self, name: str):
+        if name not in self._models:
+            from llama_cpp import Llama
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            draft = LlamaPromptLookupDecoding(num_pred_tokens=PROMPT_LOOKUP_TOKENS) if "lookup" in name else None
+            self._models[name] = Llama(
+                model_path=str(self.gguf),
+                n_ctx=self.n_ctx,
+                n_threads=self.threads,
+                n_threads_batch=self.threads,
+                draft_model=draft,
+                verbose=False,
+            )
+        return self._models[name]
+
+    def generate(self, name: str, ids: list[int], max_new_tokens: int) -> list[int]:
+        llm = self._model(name)
+        out: list[int] = []
+        for tok in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+            out.append(int(tok))
+            if tok in self.eos or len(out) >= max_new_tokens:
+                break
+        return out
+
+    def job(self, name: str, prompt_ids: list[list[int]], max_new_tokens: int):
+        """An interleavable job (bench.engine.Job); one untimed warm-up call happens here."""
+        from omnidraft.bench.engine import Job
+
+        run = PeerRun(name, {"threads": self.threads, "gguf": self.gguf.name})
+        self.generate(name, prompt_ids[0], min(8, max_new_tokens))
+
+        def step(i: int) -> None:
+            t0 = time.perf_counter()
+            out = self.generate(name, prompt_ids[i], max_new_tokens)
+            run.seconds += time.perf_counter() - t0
+            run.outputs.append(out)
+            run.new_tokens += len(out)
+            run.prompts += 1
+
+        return Job(name, step, run)

@@ -1,0 +1,91 @@
+"""Weight precision of quantized exports: 8-bit embedding tables in int8 graphs, the embedding and LM
+head kept at 8 bits under a 4-bit body where the quality gate needs it, and the gate's own rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import make_tiny_model
+
+from omnidraft.export import quality
+from omnidraft.export.pipeline import export_model
+from omnidraft.export.quantize import _fq_block, block_quantize_8bit
+
+TOK = Path(__file__).resolve().parents[1] / "models" / "tokenizers"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("wp") / "t", "qwen2", TOK / "gpt2", seed=7, hidden=64, max_pos=128)
+
+
+def test_8bit_codes_dequantize_to_the_reference_grid():
+    w = np.random.default_rng(0).normal(size=(5, 64)).astype(np.float32)
+    data, scales = block_quantize_8bit(w)
+    deq = ((data.astype(np.float32) - 128).reshape(5, 2, 32) * scales[..., None]).reshape(5, 64)
+    assert np.array_equal(deq, _fq_block(torch.from_numpy(w), 8).numpy())
+
+
+def test_int8_graph_carries_an_8bit_embedding_and_passes_its_gates(tiny, tmp_path):
+    res = export_model(tiny, "onnx", "int8", 96, tmp_path / "e", progress=False, onnx_path="genai")
+    parity = json.loads((tmp_path / "e" / "manifest.json").read_text())["parity"]
+    assert parity["weights_bits"] == {"embedding": 8, "lm_head": 8}
+    assert parity["top1_agreement"] >= 0.9 and parity["batch_invariance"]["verify_vs_decode_max_abs_diff"] == 0.0
+    fp32_table = 50257 * 64 * 4  # the tiny model's embedding in fp32 alone
+    assert res.manifest.artifact_bytes < fp32_table
+
+
+def test_int4_falls_back_to_8bit_ends_where_the_quality_gate_fails(tiny, tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def passes(fig, **kw):  # the all-4-bit graph "fails"; the rebuilt one passes
+        calls.append(fig)
+        return len(calls) > 1
+
+    monkeypatch.setattr(quality, "passes", passes)
+    export_model(tiny, "onnx", "int4", 96, tmp_path / "e", progress=False, onnx_path="genai", min_top1=0.0)
+    parity = json.loads((tmp_path / "e" / "manifest.json").read_text())["parity"]
+    assert parity["weights_bits"] == {"embedding": 8, "lm_head": 8} and len(calls) >= 2
+    assert "rebuilding with the embedding and LM head at 8 bits" in capsys.readouterr().err
+
+
+def test_torchao_keeps_the_head_at_8_bits_when_asked(tiny):
+    from transformers import AutoModelForCausalLM
+
+    from omnidraft.export.quantize import torchao_quantize
+
+    m = AutoModelForCausalLM.from_pretrained(tiny).eval()
+    torchao_quantize(m, "8da4w", head_bits=8)
+    assert m.model.layers[0].mlp.down_proj.weight.target_dtype == torch.int4
+    assert m.lm_head.weight.target_dtype == torch.int8
+    plain = AutoModelForCausalLM.from_pretrained(tiny).eval()
+    torchao_quantize(plain, "8da4w")
+    assert plain.lm_head.weight.target_dtype == torch.int4
+
+
+def test_the_quality_gate_applies_only_to_models_that_predict_the_text():
+    seqs = [[1, 2, 3, 4, 5, 6]]
+    vocab = 100
+
+    def peaked(ids):  # predicts the next token of the sequence with high confidence
+        out = np.zeros((len(ids), vocab), dtype=np.float32)
+        for i, t in enumerate(ids):
+            out[i, t + 1] = 20.0
+        return out
+
+    def flat(ids):
+        return np.zeros((len(ids), vocab), dtype=np.float32)
+
+    good = quality.measure(peaked, peaked, seqs)
+    assert good["gated"] and good["top1_vs_fp32"] == 1.0 and quality.passes(good)
+    damaged = quality.measure(flat, peaked, seqs)
+    assert damaged["gated"] and not quality.passes(damaged)
+    with pytest.raises(Exception, match="quality gate failed"):
+        quality.check(damaged, "the test graph")
+    untrained = quality.measure(flat, flat, seqs)
+    assert not untrained["gated"] and quality.passes(untrained)
+    assert quality.parity_bar(good, 0.9) == quality.LOWERING_TOP1 and quality.parity_bar(untrained, 0.9) == 0.9
