@@ -131,6 +131,7 @@ def open_qnn(export_dir: str | Path, manifest: Manifest):
     from omnidraft.runtime.backends.static_kv import StaticKvBackend, open_sessions
 
     export_dir = Path(export_dir)
+    qnn_package()  # absent: the one line naming the extra, not a load failure per graph
     check_binaries(export_dir, manifest)
     fp16 = manifest.quant == "fp16"
     soc = manifest.device_info["soc"]
