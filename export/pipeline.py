@@ -32,7 +32,11 @@ class ExportResult:
     def summary(self) -> str:
         m, p = self.manifest, self.manifest.parity
         size = sum((self.out_dir / n).stat().st_size for n in (m.artifact_file, *m.extra_files)) / 2**20
-        if m.device != "cpu":
+        if "delegate" in m.device_info:
+            d = m.device_info
+            ids = sorted({i for v in d["delegation"].values() for i in v})
+            fig = f"max |Δlogit| {p['max_abs_diff']:.2g} vs eager, running {p['ran']}; .pte delegates: {', '.join(ids)}"
+        elif m.device != "cpu":
             v = p["vs_cpu_graph"]
             fig = (
                 f"top-1 {v['top1_agreement']:.1%} vs the CPU graph (max |Δ| {v['max_abs_diff']:.2g}) on the "
@@ -114,8 +118,11 @@ def export_model(
         from .qnn_export import check_request
 
         npu = check_request(info, soc=soc, call_widths=call_widths, max_seq_len=max_seq_len, accept_head=accept_head)
-    elif soc is not None or call_widths is not None:
-        raise InvalidArgument("--soc and --call-widths apply to --device qnn-htp; drop them or add --device qnn-htp")
+    elif soc is not None or (call_widths is not None and delegate == "xnnpack"):
+        raise InvalidArgument(
+            "--soc and --call-widths apply to --device qnn-htp (and --call-widths to an ExecuTorch --delegate "
+            "other than xnnpack); drop them"
+        )
     head_meta: dict = {}
     if accept_head is not None:
         head_meta = _check_head(accept_head, fmt, info)
@@ -182,6 +189,7 @@ def export_model(
         + (["--vocab-corpus", vocab_corpus] if vocab_corpus is not None else [])
         + (["--device", device, "--soc", npu["soc"], "--call-widths", npu["call_widths"]] if npu else [])
         + (["--delegate", delegate] if delegate != "xnnpack" else [])
+        + (["--call-widths", call_widths] if call_widths and delegate != "xnnpack" else [])
     )
 
     from tqdm import tqdm
@@ -245,6 +253,21 @@ def export_model(
                 built = build_onnx(
                     model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head, vocab
                 )
+            elif delegate != "xnnpack":
+                from .et_delegates import build_delegated
+
+                built = build_delegated(
+                    model,
+                    info,
+                    delegate=delegate,
+                    quant=quant,
+                    context_len=max_seq_len,
+                    widths=recipes.parse_call_widths(call_widths),
+                    artifact=artifact,
+                    sched=sched,
+                    on_gate=lambda: stage(2),
+                    vocab=vocab,
+                )
             else:
                 from .executorch_export import build_executorch
 
@@ -291,7 +314,7 @@ def export_model(
             accept_head=head_meta,
             draft_vocab=vocab.manifest_entry() if vocab is not None else {},
             pad_single_row=built.pad_single_row,
-            device=device,
+            device=device if delegate == "xnnpack" else delegate,
             device_info=built.device_info,
             extra_files=built.extra_files,
         )

@@ -114,6 +114,10 @@ def _load_export(folder: Path, threads: int | None = None, spin: bool = False) -
         from omnidraft.runtime.backends.qnn import open_qnn
 
         backend = open_qnn(folder, manifest)
+    elif manifest.device_info.get("delegate"):  # a static program lowered to an ExecuTorch delegate
+        from omnidraft.runtime.backends.executorch_static import open_static_program
+
+        backend = open_static_program(folder, manifest)
     elif manifest.device != "cpu":
         raise ManifestError(f"{folder / 'manifest.json'} names unknown device {manifest.device!r}; re-export the model")
     elif manifest.format == "onnx":
