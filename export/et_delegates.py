@@ -189,7 +189,9 @@ def build_delegated(
         "context_len": context_len,
         "methods": {str(w): method_name(w) for w in widths},
     }
-    prov = parity.provisional_manifest("executorch", quant, info, context_len, artifact, inputs, outputs)
+    prov = parity.provisional_manifest(
+        "executorch", quant, info, context_len, artifact, inputs, outputs, vocab.manifest_entry() if vocab else None
+    )
     prov = replace(prov, device=delegate, device_info=device_info)
     if spec.runs_here:
         from omnidraft.runtime.backends.executorch_static import open_static_program

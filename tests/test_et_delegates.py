@@ -41,12 +41,26 @@ def test_each_installed_delegate_lowers_the_drafter_and_the_pte_names_it(drafter
     if importlib.util.find_spec(NEEDS[delegate]) is None:
         pytest.skip(f"the {delegate} partitioner needs {DELEGATES[delegate].install} (a separate environment)")
     out = tmp_path / delegate
-    export_model(drafter, "executorch", "fp32", CONTEXT, out, progress=False, delegate=delegate, call_widths="1")
+    corpus = tmp_path / "corpus.txt"  # a trimmed output layer: the rows are widened as the runtime does
+    corpus.write_text("def add(a, b):\n    return a + b\n" * 20 + "The quick brown fox jumps over the lazy dog. " * 20)
+    export_model(
+        drafter,
+        "executorch",
+        "fp32",
+        CONTEXT,
+        out,
+        progress=False,
+        delegate=delegate,
+        call_widths="1",
+        draft_vocab=256,
+        vocab_corpus=corpus,
+    )
     m = load_manifest(out)
     spec = DELEGATES[delegate]
     assert m.device == delegate and m.device_info["delegate"] == delegate
     assert delegation_info(out / "model.pte") == {"forward_w1": [spec.backend_id]} == m.device_info["delegation"]
     assert m.device_info["runs_here"] == ("yes (ExecuTorch runtime)" if spec.runs_here else "no: lowered only")
+    assert m.draft_vocab["size"] == 256
     assert m.parity["max_abs_diff"] <= 1e-4 and m.parity["top1_agreement"] == 1.0
     if spec.runs_here:
         assert m.parity["ran"] == f"the .pte on ExecuTorch's {spec.backend_id}"

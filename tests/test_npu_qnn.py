@@ -172,3 +172,13 @@ def test_without_onnxruntime_qnn_the_export_and_the_loader_name_the_extra(pair, 
     with pytest.raises(InvalidArgument, match=r"onnxruntime-qnn is not installed.*omnidraft\[npu\]"):
         open_model(pair["npu"])
     assert json.loads((pair["npu"] / "manifest.json").read_text())["device"] == "qnn-htp"
+
+
+def test_the_exactness_command_reports_identical_output_per_stream(pair, tmp_path, capsys):
+    report = tmp_path / "exact.json"
+    argv = ["exactness", "--drafter", str(pair["npu"]), "--target", str(pair["target"]), "--streams", "math"]
+    code = main([*argv, "--prompts", "1", "--max-new-tokens", "6", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0 and "on qnn-htp (qnn-htp)" in out and "| math | 1 | 1 |" in out
+    data = json.loads(report.read_text())
+    assert data["pair"]["drafter_device"] == "qnn-htp" and data["streams"][0]["mismatches"] == []
