@@ -85,5 +85,7 @@ def table(pair: dict, checks: list[StreamCheck]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for c in checks:
-        lines.append(f"| {c.stream} | {c.prompts} | {c.identical} | {c.proposed} | {c.accepted} | {c.acceptance:.3f} |")
+        lines.append(
+            f"| {c.stream} | {c.prompts} | {c.identical} | {c.skipped} | {c.proposed} | {c.accepted} | {c.acceptance:.3f} |"
+        )
     return "\n".join(lines)

@@ -27,7 +27,7 @@ from omnidraft.runtime.backends.static_kv import StaticKvBackend, io_names
 from . import parity
 from .draft_vocab import small_logits
 from .parity import Built
-from .static_graph import StaticStep, unsupported_reason
+from .static_graph import StaticStep, sample_inputs, unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -97,16 +97,6 @@ def delegation_info(pte: Path) -> dict[str, list[str]]:
     return {plan.name: [d.id for d in plan.delegates] for plan in program.execution_plan}
 
 
-def _samples(info, context_len: int, width: int) -> tuple:
-    kv = (1, info.num_kv_heads, context_len, info.head_dim)
-    return (
-        torch.zeros(1, width, dtype=torch.int32),
-        torch.arange(width, dtype=torch.int32)[None],
-        torch.zeros(1, 1, width, context_len + width),
-        *[torch.zeros(kv) for _ in range(2 * info.num_layers)],
-    )
-
-
 class _EagerMethod:
     """An exported program's module behind the session interface StaticKvBackend drives."""
 
@@ -162,7 +152,8 @@ def build_delegated(
         with warnings.catch_warnings(), torch.no_grad(), small_logits(model):
             warnings.simplefilter("ignore")
             for w in widths:
-                programs[method_name(w)] = torch.export.export(step, _samples(info, context_len, w), strict=True)
+                sample = sample_inputs(info, context_len=context_len, width=w)
+                programs[method_name(w)] = torch.export.export(step, sample, strict=True)
             eager = {w: programs[method_name(w)].module() for w in widths}
             lowered = to_edge_transform_and_lower(programs, partitioner=partitioners).to_executorch()
     except InvalidArgument:

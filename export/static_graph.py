@@ -85,6 +85,17 @@ class StaticStep(torch.nn.Module):
         return (self.model.lm_head(inner.norm(h)), *new)
 
 
+def sample_inputs(info: ModelInfo, *, context_len: int, width: int) -> tuple:
+    """Inputs of one call of ``width`` tokens (the shapes the graph is traced at)."""
+    kv = (1, info.num_kv_heads, context_len, info.head_dim)
+    return (
+        torch.zeros(1, width, dtype=torch.int32),
+        torch.arange(width, dtype=torch.int32)[None],
+        torch.zeros(1, 1, width, context_len + width),
+        *[torch.zeros(kv) for _ in range(2 * info.num_layers)],
+    )
+
+
 def export_static(model: torch.nn.Module, info: ModelInfo, *, context_len: int, width: int, path: Path) -> None:
     """Write the fp32 graph of one call width to ``path``."""
     if reason := unsupported_reason(info):
@@ -92,13 +103,7 @@ def export_static(model: torch.nn.Module, info: ModelInfo, *, context_len: int, 
     if width > context_len:
         raise InvalidArgument(f"call width {width} exceeds the context of {context_len} positions")
     inputs, outputs = io_names(info.num_layers)
-    kv = (1, info.num_kv_heads, context_len, info.head_dim)
-    sample = (
-        torch.zeros(1, width, dtype=torch.int32),
-        torch.arange(width, dtype=torch.int32)[None],
-        torch.zeros(1, 1, width, context_len + width),
-        *[torch.zeros(kv) for _ in range(2 * info.num_layers)],
-    )
+    sample = sample_inputs(info, context_len=context_len, width=width)
     step = StaticStep(model, context_len=context_len).eval()
     try:
         with warnings.catch_warnings(), torch.no_grad(), small_logits(model):

@@ -179,6 +179,6 @@ def test_the_exactness_command_reports_identical_output_per_stream(pair, tmp_pat
     argv = ["exactness", "--drafter", str(pair["npu"]), "--target", str(pair["target"]), "--streams", "math"]
     code = main([*argv, "--prompts", "1", "--max-new-tokens", "6", "--json", str(report)])
     out = capsys.readouterr().out
-    assert code == 0 and "on qnn-htp (qnn-htp)" in out and "| math | 1 | 1 |" in out
+    assert code == 0 and "on qnn-htp (qnn-htp)" in out and "| math | 1 | 1 | 0 |" in out
     data = json.loads(report.read_text())
     assert data["pair"]["drafter_device"] == "qnn-htp" and data["streams"][0]["mismatches"] == []
