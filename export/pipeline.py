@@ -357,8 +357,11 @@ def _eos_list(eos) -> list[int]:
 
 def _publish(staging: Path, out: Path, model_dir: Path, manifest: Manifest) -> None:
     """Move the artifact and tokenizer files in; manifest last so a half-written export never
-    validates (the stale manifest is removed first)."""
+    validates (the stale manifest is removed first, and the companion files it listed)."""
+    stale = _companions(out / MANIFEST_FILE)
     (out / MANIFEST_FILE).unlink(missing_ok=True)
+    for name in stale - set(manifest.extra_files):
+        (out / name).unlink(missing_ok=True)
     for name in (TOKENIZER_FILE, *SIDE_FILES):
         if (model_dir / name).is_file():
             shutil.copyfile(model_dir / name, staging / name)
@@ -368,3 +371,14 @@ def _publish(staging: Path, out: Path, model_dir: Path, manifest: Manifest) -> N
     for f in staging.iterdir():
         os.replace(f, out / f.name)
     write_manifest(out, manifest)
+
+
+def _companions(path: Path) -> set[str]:
+    """Plain file names an earlier manifest listed beside its artifact (none if it is unreadable)."""
+    import json
+
+    try:
+        names = json.loads(path.read_text()).get("extra_files") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {n for n in names if isinstance(n, str) and n and Path(n).name == n}

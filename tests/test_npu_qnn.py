@@ -182,3 +182,10 @@ def test_the_exactness_command_reports_identical_output_per_stream(pair, tmp_pat
     assert code == 0 and "on qnn-htp (qnn-htp)" in out and "| math | 1 | 1 | 0 |" in out
     data = json.loads(report.read_text())
     assert data["pair"]["drafter_device"] == "qnn-htp" and data["streams"][0]["mismatches"] == []
+
+
+def test_a_cpu_export_over_an_npu_one_leaves_no_stale_context_binaries(pair, tmp_path):
+    d = _copy(pair["npu"], tmp_path / "reused")
+    export_model(pair["drafter"], "onnx", "fp32", 32, d, progress=False, onnx_path="torch")
+    assert load_manifest(d).device == "cpu"
+    assert not [p.name for p in d.iterdir() if p.name.startswith("model_")]
