@@ -19,7 +19,7 @@ from omnidraft.atomic import write_json, write_text
 from omnidraft.bench import adapted
 from omnidraft.bench.bundled import DRAFT_VOCAB
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
-from omnidraft.bench.demo import BACKENDS
+from omnidraft.bench.demo import BACKENDS, DRAFTER_DEVICES
 from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
 from omnidraft.bench.metrics import (
     PAPER_LATENCY_S,
@@ -596,4 +596,9 @@ def finish(report: dict, out: Path) -> None:
     report["plots"] = made
     write_json(out / "bench.json", report)
     md = markdown(report)
+    if report["meta"]["settings"]["backend"] in DRAFTER_DEVICES:  # no speed claim from a simulated NPU
+        md = (
+            "> The drafter ran on the QNN HTP simulator (x86): its timings and every speedup below are not "
+            "device timings.\n\n" + md
+        )
     write_text(out / "bench.md", md)

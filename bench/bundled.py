@@ -66,11 +66,17 @@ def cached_export(
     progress: bool = True,
     accept_head: Path | None = None,
     draft_vocab: int | None = None,
+    device: str = "cpu",
     et_path: str = "auto",
 ) -> Path:
     """Export ``folder`` once per (weights, format, quant, length[, acceptance head, draft vocabulary,
-    ExecuTorch path]); later calls reuse the valid export."""
+    device, ExecuTorch path]); later calls reuse the valid export. An accelerator ``device`` takes its
+    own quant."""
     tag = f"-{et_path}" if fmt == "executorch" and et_path != "auto" else ""
+    if device != "cpu":
+        from omnidraft.export.recipes import default_quant
+
+        quant, tag = default_quant(fmt, device), f"{tag}-{device}"
     if accept_head is not None:
         from omnidraft.runtime.accept_head import read_head
 
@@ -100,6 +106,7 @@ def cached_export(
         progress=progress,
         accept_head=accept_head,
         draft_vocab=draft_vocab or None,
+        device=device,
         et_path=et_path,
     )
     return out
@@ -128,6 +135,8 @@ def drafter_export(
     progress: bool = True,
     accept_head: Path | None = None,
     draft_vocab: int | None = DRAFT_VOCAB,
+    device: str = "cpu",
 ) -> Path:
     """``cached_export`` of a drafter, with its output layer trimmed where the folder allows it."""
-    return cached_export(folder, fmt, quant, max_seq_len, progress, accept_head, drafter_vocab(folder, draft_vocab))
+    vocab = drafter_vocab(folder, draft_vocab)
+    return cached_export(folder, fmt, quant, max_seq_len, progress, accept_head, vocab, device=device)

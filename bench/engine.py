@@ -16,7 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from omnidraft.bench.bundled import DRAFT_VOCAB, check_bundled, drafter_export, target_export
-from omnidraft.bench.demo import BACKENDS
+from omnidraft.bench.demo import BACKENDS, DRAFTER_DEVICES
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.backends.base import DRAFTER_THREADS
@@ -39,8 +39,9 @@ class Pair:
         fmt, quant = BACKENDS[backend]
         if fmt is None:
             return self.drafter, self.target
+        device = DRAFTER_DEVICES.get(backend, "cpu")
         return (
-            drafter_export(self.drafter, fmt, quant, max_seq_len, progress, draft_vocab=draft_vocab),
+            drafter_export(self.drafter, fmt, quant, max_seq_len, progress, draft_vocab=draft_vocab, device=device),
             target_export(self.target, fmt, quant, max_seq_len, progress),
         )
 

@@ -149,6 +149,8 @@ class Built:
     exporter: str
     skipped_layers: list[str] = field(default_factory=list)
     pad_single_row: bool = False  # the runtime feeds one-token calls twice (export/onnx_genai.py)
+    device_info: dict = field(default_factory=dict)  # an accelerator artifact's target (runtime/manifest.py)
+    extra_files: dict = field(default_factory=dict)  # name -> sha256 of files beside the artifact
 
 
 def provisional_manifest(

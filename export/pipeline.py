@@ -31,8 +31,18 @@ class ExportResult:
 
     def summary(self) -> str:
         m, p = self.manifest, self.manifest.parity
-        size = m.artifact_bytes / 2**20
-        if p["reference"] == "fp32-eager":
+        size = sum((self.out_dir / n).stat().st_size for n in (m.artifact_file, *m.extra_files)) / 2**20
+        if "delegate" in m.device_info:
+            d = m.device_info
+            ids = sorted({i for v in d["delegation"].values() for i in v})
+            fig = f"max |Δlogit| {p['max_abs_diff']:.2g} vs eager, running {p['ran']}; .pte delegates: {', '.join(ids)}"
+        elif m.device != "cpu":
+            v = p["vs_cpu_graph"]
+            fig = (
+                f"top-1 {v['top1_agreement']:.1%} vs the CPU graph (max |Δ| {v['max_abs_diff']:.2g}) on the "
+                f"{p['ran_on']}; compiled for {m.device_info['soc']} (HTP v{m.device_info['htp_arch']})"
+            )
+        elif p["reference"] == "fp32-eager":
             fig = f"max |Δlogit| {p['max_abs_diff']:.2g} vs eager"
         else:
             fig = f"top-1 {p['top1_agreement']:.1%} vs {p['reference']} (max |Δ| {p['max_abs_diff']:.2g})"
@@ -90,16 +100,34 @@ def export_model(
     draft_vocab: int | None = None,
     vocab_corpus: str | Path | None = None,
     onnx_path: str = "auto",
+    *,
+    device: str = "cpu",
+    soc: str | None = None,
+    call_widths: str | None = None,
+    delegate: str = "xnnpack",
 ) -> ExportResult:
     """Export, gate and write. Raises ExportError (nothing is published) if the gate fails.
     ``accept_head``: an acceptance-head folder of this drafter, built into the ONNX graph as the
     extra output ``accept_logits`` (adaptive drafting, issue #6). ``draft_vocab``: keep only the
     drafter's N most frequent tokens in its output layer (export/draft_vocab.py), ranked by the
     folder's token_counts.json or by ``vocab_corpus``. ``onnx_path``: "genai" (onnxruntime-genai's
-    builder), "torch" (torch.onnx) or "auto" (genai where the model fits it)."""
+    builder), "torch" (torch.onnx) or "auto" (genai where the model fits it). ``device`` "qnn-htp":
+    static graphs of ``call_widths`` ("1,8") compiled for the HTP of ``soc`` (export/qnn_export.py).
+    ``delegate``: the ExecuTorch backend the program is lowered to (export/et_delegates.py)."""
     t0 = time.perf_counter()
-    recipes.check_choice(fmt, quant, embedding_quant, et_path, onnx_path)
+    quant = quant or recipes.default_quant(fmt, device)
+    recipes.check_choice(fmt, quant, embedding_quant, et_path, onnx_path, device=device, delegate=delegate)
     info = inspect_folder(model_dir)
+    npu = None
+    if device != "cpu":
+        from .qnn_export import check_request
+
+        npu = check_request(info, soc=soc, call_widths=call_widths, max_seq_len=max_seq_len, accept_head=accept_head)
+    elif soc is not None or (call_widths is not None and delegate == "xnnpack"):
+        raise InvalidArgument(
+            "--soc and --call-widths apply to --device qnn-htp (and --call-widths to an ExecuTorch --delegate "
+            "other than xnnpack); drop them"
+        )
     head_meta: dict = {}
     if accept_head is not None:
         head_meta = _check_head(accept_head, fmt, info)
@@ -125,7 +153,7 @@ def export_model(
 
     check_schedule_fits(max_seq_len)
     lowering = None
-    if fmt == "onnx":
+    if fmt == "onnx" and npu is None:
         from .onnx_genai import resolve_path
 
         lowering = resolve_path(onnx_path, info, max_seq_len, trimmed=draft_vocab is not None)
@@ -164,6 +192,9 @@ def export_model(
         + (["--accept-head", accept_head] if accept_head is not None else [])
         + (["--draft-vocab", draft_vocab] if draft_vocab is not None else [])
         + (["--vocab-corpus", vocab_corpus] if vocab_corpus is not None else [])
+        + (["--device", device, "--soc", npu["soc"], "--call-widths", npu["call_widths"]] if npu else [])
+        + (["--delegate", delegate] if delegate != "xnnpack" else [])
+        + (["--call-widths", call_widths] if call_widths and delegate != "xnnpack" else [])
     )
 
     from tqdm import tqdm
@@ -199,7 +230,23 @@ def export_model(
         artifact = staging / recipes.ARTIFACT_FILES[fmt]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # exporter deprecation chatter; real failures raise
-            if fmt == "onnx" and lowering == "genai":
+            if npu is not None:
+                from .qnn_export import build_qnn
+
+                built = build_qnn(
+                    model,
+                    info,
+                    quant=quant,
+                    context_len=max_seq_len,
+                    widths=npu["widths"],
+                    soc=npu["soc"],
+                    staging=staging,
+                    sched=sched,
+                    threshold=threshold,
+                    on_gate=lambda: stage(2),
+                    vocab=vocab,
+                )
+            elif fmt == "onnx" and lowering == "genai":
                 from .onnx_genai import build_genai
 
                 built = build_genai(
@@ -210,6 +257,21 @@ def export_model(
 
                 built = build_onnx(
                     model, info, quant, max_seq_len, artifact, sched, threshold, lambda: stage(2), head, vocab
+                )
+            elif delegate != "xnnpack":
+                from .et_delegates import build_delegated
+
+                built = build_delegated(
+                    model,
+                    info,
+                    delegate=delegate,
+                    quant=quant,
+                    context_len=max_seq_len,
+                    widths=recipes.parse_call_widths(call_widths),
+                    artifact=artifact,
+                    sched=sched,
+                    on_gate=lambda: stage(2),
+                    vocab=vocab,
                 )
             else:
                 from .executorch_export import build_executorch
@@ -257,6 +319,9 @@ def export_model(
             accept_head=head_meta,
             draft_vocab=vocab.manifest_entry() if vocab is not None else {},
             pad_single_row=built.pad_single_row,
+            device=device if delegate == "xnnpack" else delegate,
+            device_info=built.device_info,
+            extra_files=built.extra_files,
         )
         _publish(staging, out, info.folder, manifest)
         bar.n = len(stages)
@@ -297,8 +362,11 @@ def _eos_list(eos) -> list[int]:
 
 def _publish(staging: Path, out: Path, model_dir: Path, manifest: Manifest) -> None:
     """Move the artifact and tokenizer files in; manifest last so a half-written export never
-    validates (the stale manifest is removed first)."""
+    validates (the stale manifest is removed first, and the companion files it listed)."""
+    stale = _companions(out / MANIFEST_FILE)
     (out / MANIFEST_FILE).unlink(missing_ok=True)
+    for name in stale - set(manifest.extra_files):
+        (out / name).unlink(missing_ok=True)
     for name in (TOKENIZER_FILE, *SIDE_FILES):
         if (model_dir / name).is_file():
             shutil.copyfile(model_dir / name, staging / name)
@@ -308,3 +376,14 @@ def _publish(staging: Path, out: Path, model_dir: Path, manifest: Manifest) -> N
     for f in staging.iterdir():
         os.replace(f, out / f.name)
     write_manifest(out, manifest)
+
+
+def _companions(path: Path) -> set[str]:
+    """Plain file names an earlier manifest listed beside its artifact (none if it is unreadable)."""
+    import json
+
+    try:
+        names = json.loads(path.read_text()).get("extra_files") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {n for n in names if isinstance(n, str) and n and Path(n).name == n}

@@ -25,6 +25,17 @@ ET_PATHS = ("auto", "llm", "static")
 ONNX_PATHS = ("auto", "genai", "torch")
 ARTIFACT_FILES = {"onnx": "model.onnx", "executorch": "model.pte"}
 
+# Where an ONNX artifact runs (--device). "qnn-htp": static graphs compiled into QNN context binaries
+# for a Qualcomm Hexagon NPU (export/qnn_export.py); it computes in fp16 or in a QDQ graph's integers
+# (a16w8: 16-bit activations, 8-bit weights, calibrated on the pair's own text).
+DEVICES = ("cpu", "qnn-htp")
+DEVICE_QUANTS = {"qnn-htp": ("fp16", "a16w8")}
+# Call widths of a static graph: 1 for each drafting step; 8 for prefill chunks and for verifying up
+# to 7 drafted tokens in one call. Any call runs on the narrowest width that holds it, padded.
+DEFAULT_CALL_WIDTHS = (1, 8)
+# ExecuTorch delegates (--delegate) the drafter's program can be lowered to (export/et_delegates.py).
+DELEGATES = ("xnnpack", "coreml", "vulkan", "openvino", "ethos-u")
+
 # torchao 8da4w groups and ORT MatMulNBits blocks. 32 is the finest group XNNPACK's 4-bit kernel
 # and MatMulNBits both take; every hidden size of the supported families is a multiple of it.
 GROUP_SIZE = 32
@@ -50,14 +61,28 @@ MIN_MAX_SEQ_LEN = 24
 COUNTS_FILE = "token_counts.json"
 
 
+def default_quant(fmt: str, device: str = "cpu") -> str:
+    return DEVICE_QUANTS[device][0] if device in DEVICE_QUANTS else QUANTS.get(fmt, ("fp32",))[0]
+
+
 def check_choice(
-    fmt: str, quant: str, embedding_quant: str = "none", et_path: str = "auto", onnx_path: str = "auto"
+    fmt: str,
+    quant: str,
+    embedding_quant: str = "none",
+    et_path: str = "auto",
+    onnx_path: str = "auto",
+    *,
+    device: str = "cpu",
+    delegate: str = "xnnpack",
 ) -> None:
     """Refuse an unknown format / quant / embedding quant, listing the valid values."""
     if fmt not in QUANTS:
         raise InvalidArgument(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    if quant not in QUANTS[fmt]:
-        raise InvalidArgument(f"unknown quant {quant!r} for format {fmt}; choose one of: {', '.join(QUANTS[fmt])}")
+    _check_target(fmt, device, delegate, onnx_path)
+    allowed = DEVICE_QUANTS.get(device, QUANTS[fmt])
+    if quant not in allowed:
+        where = f"format {fmt}" + (f" on {device}" if device != "cpu" else "")
+        raise InvalidArgument(f"unknown quant {quant!r} for {where}; choose one of: {', '.join(allowed)}")
     if embedding_quant not in EMBEDDING_QUANTS:
         raise InvalidArgument(
             f"unknown embedding quant {embedding_quant!r}; choose one of: {', '.join(EMBEDDING_QUANTS)}"
@@ -73,3 +98,31 @@ def check_choice(
             "--embedding-quant applies to --format executorch only (ONNX int4 already quantizes "
             "the embedding Gather); drop the option or switch format"
         )
+
+
+def _check_target(fmt: str, device: str, delegate: str, onnx_path: str) -> None:
+    if device not in DEVICES:
+        raise InvalidArgument(f"unknown device {device!r}; choose one of: {', '.join(DEVICES)}")
+    if delegate not in DELEGATES:
+        raise InvalidArgument(f"unknown delegate {delegate!r}; choose one of: {', '.join(DELEGATES)}")
+    if device != "cpu" and fmt != "onnx":
+        raise InvalidArgument(
+            f"--device {device} compiles ONNX graphs; use --format onnx (an ExecuTorch program picks --delegate)"
+        )
+    if device != "cpu" and onnx_path != "auto":
+        raise InvalidArgument(f"--device {device} builds its own static graph; drop --onnx-path")
+    if delegate != "xnnpack" and fmt != "executorch":
+        raise InvalidArgument("--delegate applies to --format executorch only; drop it or switch format")
+
+
+def parse_call_widths(text: str | None) -> list[int]:
+    """ "1,8" -> [1, 8]; the default when None."""
+    if text is None:
+        return list(DEFAULT_CALL_WIDTHS)
+    try:
+        widths = sorted({int(t) for t in str(text).split(",") if t.strip()})
+    except ValueError:
+        widths = []
+    if not widths or widths[0] < 1:
+        raise InvalidArgument(f"--call-widths takes positive integers separated by commas, like 1,8 (got {text!r})")
+    return widths

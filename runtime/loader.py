@@ -104,8 +104,23 @@ def load_model(
 def _load_export(folder: Path, threads: int | None = None, spin: bool = False) -> LoadedModel:
     from omnidraft.runtime.manifest import load_manifest
 
+    manifest = load_manifest(folder, verify=False)
+    if manifest.device == "qnn-htp":  # a binary for another SoC is named as such before any hash check
+        from omnidraft.runtime.backends.qnn import check_binaries
+
+        check_binaries(folder, manifest)
     manifest = load_manifest(folder)
-    if manifest.format == "onnx":
+    if manifest.device == "qnn-htp":
+        from omnidraft.runtime.backends.qnn import open_qnn
+
+        backend = open_qnn(folder, manifest)
+    elif manifest.device_info.get("delegate"):  # a static program lowered to an ExecuTorch delegate
+        from omnidraft.runtime.backends.executorch_static import open_static_program
+
+        backend = open_static_program(folder, manifest)
+    elif manifest.device != "cpu":
+        raise ManifestError(f"{folder / 'manifest.json'} names unknown device {manifest.device!r}; re-export the model")
+    elif manifest.format == "onnx":
         from omnidraft.runtime.backends.ort import OrtBackend
 
         backend = OrtBackend(folder, manifest, threads=threads, spin=spin)
@@ -127,5 +142,10 @@ def _load_export(folder: Path, threads: int | None = None, spin: bool = False) -
         frozenset(eos),
         folder,
         manifest.format,
-        {"quant": manifest.quant, "row_stable": row_stable, "draft_vocab": manifest.draft_vocab.get("size")},
+        {
+            "quant": manifest.quant,
+            "row_stable": row_stable,
+            "draft_vocab": manifest.draft_vocab.get("size"),
+            "device": manifest.device,
+        },
     )

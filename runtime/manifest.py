@@ -52,6 +52,12 @@ class Manifest:
     # The runtime feeds a one-token call as two copies of the token and keeps the first row: with it
     # the graph's rows are the same whatever the call's length (onnxruntime-genai graphs).
     pad_single_row: bool = False
+    # Where the artifact runs: "cpu", or an accelerator ("qnn-htp": QNN context binaries for a
+    # Qualcomm HTP). device_info says for which chip, with what, and which files each graph is.
+    device: str = "cpu"
+    device_info: dict[str, Any] = field(default_factory=dict)
+    # Files the artifact needs beside artifact_file (e.g. context binaries): name -> sha256.
+    extra_files: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -119,6 +125,8 @@ def load_manifest(export_dir: str | Path, verify: bool = True) -> Manifest:
     if verify:
         _check_file(export_dir, m.artifact_file, m.artifact_sha256, "artifact", m)
         _check_file(export_dir, m.tokenizer_file, m.tokenizer_sha256, "tokenizer", m)
+        for name, digest in m.extra_files.items():
+            _check_file(export_dir, name, digest, "companion", m)
     return m
 
 

@@ -27,7 +27,11 @@ def _ks(text: str) -> tuple[int, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default="bundled", help="'bundled' or DRAFTER,TARGET (two Hugging Face model folders)")
     p.add_argument("--streams", default="code,math,text", help="comma-separated: code, math, text")
-    p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
+    p.add_argument(
+        "--backend",
+        default="ort",
+        help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager) | qnn-htp (drafter as QNN context binaries on the HTP, the simulator on x86: not device timings; target on ort; needs the npu extra)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",

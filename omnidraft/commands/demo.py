@@ -22,7 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--streams", default="code,math,text", help="comma-separated: code, math, text (each pair runs those it covers)"
     )
-    p.add_argument("--backend", default="ort", help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager)")
+    p.add_argument(
+        "--backend",
+        default="ort",
+        help="ort (ONNX Runtime int8) | executorch (8da4w .pte) | torch (eager) | qnn-htp (drafter as QNN context "
+        "binaries on the HTP, the simulator on x86: not device timings; target on ort; needs the npu extra)",
+    )
     p.add_argument("--prompts", type=int, help="held-out prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument(

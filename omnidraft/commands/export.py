@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 
 from omnidraft.export.recipes import (
+    DEFAULT_CALL_WIDTHS,
+    DELEGATES,
+    DEVICE_QUANTS,
+    DEVICES,
     EMBEDDING_QUANTS,
     ET_PATHS,
     FORMATS,
@@ -26,7 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     # Choices are validated in the library so a bad value gets the same one-line error everywhere.
     parser.add_argument("--format", required=True, help=f"one of: {', '.join(FORMATS)}")
-    parser.add_argument("--quant", default="fp32", help="; ".join(f"{f}: {', '.join(q)}" for f, q in QUANTS.items()))
+    quants = {**QUANTS, **{f"onnx on {d}": q for d, q in DEVICE_QUANTS.items()}}
+    parser.add_argument(
+        "--quant",
+        default=None,
+        help="; ".join(f"{f}: {', '.join(q)}" for f, q in quants.items()) + " (default: the first of each)",
+    )
     parser.add_argument(
         "--max-seq-len",
         type=int,
@@ -73,6 +82,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "token_counts.json or --vocab-corpus",
     )
     parser.add_argument("--vocab-corpus", help="with --draft-vocab: a UTF-8 text file to rank the tokens by")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help=f"onnx: where the artifact runs, one of: {', '.join(DEVICES)} (qnn-htp: static graphs compiled "
+        "into QNN context binaries for a Snapdragon Hexagon NPU; needs the npu extra)",
+    )
+    parser.add_argument("--soc", help="qnn-htp: the Snapdragon SoC to compile for (default SM8650)")
+    parser.add_argument(
+        "--call-widths",
+        help="qnn-htp: tokens per call of each static graph, comma-separated "
+        f"(default {','.join(map(str, DEFAULT_CALL_WIDTHS))}: drafting steps, prefill chunks and verification)",
+    )
+    parser.add_argument(
+        "--delegate",
+        default="xnnpack",
+        help=f"executorch: the backend the program is lowered to, one of: {', '.join(DELEGATES)} "
+        "(xnnpack and openvino run here; coreml, vulkan and ethos-u are lowered only)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
 
 
@@ -94,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
         draft_vocab=args.draft_vocab,
         vocab_corpus=args.vocab_corpus,
         onnx_path=args.onnx_path,
+        device=args.device,
+        soc=args.soc,
+        call_widths=args.call_widths,
+        delegate=args.delegate,
     )
     print(result.summary())
     return 0

@@ -6,35 +6,52 @@ import java.util.HashSet;
 import java.util.Set;
 import org.omnidraft.specdecode.CacheFileException;
 import org.omnidraft.specdecode.CoreException;
+import org.omnidraft.specdecode.DrafterChoice;
+import org.omnidraft.specdecode.Model;
 import org.omnidraft.specdecode.NgramCache;
 import org.omnidraft.specdecode.SpeculativeDecoder;
 import org.omnidraft.specdecode.TokenCodec;
 
-/** The loaded pair: both ExecuTorch programs, their tokenizers and the n-gram cache. Used on the worker thread only. */
+/**
+ * The loaded pair: the target's ExecuTorch program, the drafter on the runtime the user picked
+ * (ExecuTorch XNNPACK, an ExecuTorch delegate, or QNN's HTP through ONNX Runtime), their tokenizers
+ * and the n-gram cache. Used on the worker thread only.
+ */
 final class Engine {
     final SpeculativeDecoder decoder;
     final NgramCache cache;
     final File cacheFile;
-    private final ExecuTorchModel drafter, target;
+    /** Where the drafter runs, as shown in the app (DrafterChoice.label). */
+    final String drafterRunsOn;
+    private final Model drafter;
+    private final ExecuTorchModel target;
 
-    private Engine(SpeculativeDecoder decoder, NgramCache cache, File cacheFile, ExecuTorchModel drafter, ExecuTorchModel target) {
+    private Engine(SpeculativeDecoder decoder, NgramCache cache, File cacheFile, Model drafter, String drafterRunsOn, ExecuTorchModel target) {
         this.decoder = decoder;
         this.cache = cache;
         this.cacheFile = cacheFile;
         this.drafter = drafter;
+        this.drafterRunsOn = drafterRunsOn;
         this.target = target;
     }
 
     /**
-     * Loads {@code root/drafter} and {@code root/target}. The cache lives in the app's own storage
-     * ({@code cacheFile}); on first start a cache pushed to {@code root/ngram-cache.json} seeds it.
+     * Loads the drafter export {@code choice} and {@code root/target}. The cache lives in the app's
+     * own storage ({@code cacheFile}); on first start a cache pushed to {@code root/ngram-cache.json} seeds it.
      */
-    static Engine load(File root, File cacheFile) throws CoreException {
-        ModelFiles df = ModelFiles.open(root, "drafter");
+    static Engine load(File root, File cacheFile, Drafters.Option choice) throws CoreException {
         ModelFiles tf = ModelFiles.open(root, "target");
-        TokenCodec dc = TokenCodec.load(df.tokenizer);
         TokenCodec tc = TokenCodec.load(tf.tokenizer);
-        ExecuTorchModel drafter = new ExecuTorchModel(df.pte, df.vocabSize, df.maxSeqLen, df.startPositionOnly);
+        TokenCodec dc;
+        Model drafter;
+        if (choice.choice.runtime == DrafterChoice.Runtime.EXECUTORCH) {
+            ModelFiles df = ModelFiles.open(root, choice.dir.getName());
+            dc = TokenCodec.load(df.tokenizer);
+            drafter = new ExecuTorchModel(df.pte, df.vocabSize, df.maxSeqLen, df.startPositionOnly);
+        } else {
+            dc = TokenCodec.load(new File(choice.dir, String.valueOf(choice.manifest.get("tokenizer_file"))));
+            drafter = Drafters.openStatic(choice);
+        }
         ExecuTorchModel target = new ExecuTorchModel(tf.pte, tf.vocabSize, tf.maxSeqLen, tf.startPositionOnly);
         File seed = new File(root, "ngram-cache.json");
         File source = cacheFile.isFile() ? cacheFile : (seed.isFile() ? seed : null);
@@ -51,7 +68,7 @@ final class Engine {
         }
         Set<Integer> eos = tf.eosIds.isEmpty() ? tc.eosIds : new HashSet<Integer>(tf.eosIds);
         SpeculativeDecoder dec = new SpeculativeDecoder(target, tc, eos, drafter, dc, cache);
-        return new Engine(dec, cache, cacheFile, drafter, target);
+        return new Engine(dec, cache, cacheFile, drafter, choice.choice.label, target);
     }
 
     void saveCache() throws IOException {
@@ -59,7 +76,7 @@ final class Engine {
     }
 
     void close() {
-        drafter.close();
+        if (drafter instanceof ExecuTorchModel) ((ExecuTorchModel) drafter).close();
         target.close();
     }
 }

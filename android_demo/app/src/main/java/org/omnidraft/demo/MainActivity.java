@@ -8,6 +8,7 @@ import android.text.InputType;
 import android.util.Log;
 import android.view.View;
 import android.view.ViewGroup;
+import android.widget.AdapterView;
 import android.widget.ArrayAdapter;
 import android.widget.Button;
 import android.widget.EditText;
@@ -17,6 +18,7 @@ import android.widget.Spinner;
 import android.widget.TextView;
 import java.io.File;
 import java.io.IOException;
+import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.ExecutorService;
@@ -28,8 +30,9 @@ import org.omnidraft.specdecode.SpeculativeDecoder;
 import org.omnidraft.specdecode.Uniforms;
 
 /**
- * Prompt box, streamed output, live acceptance / tokens per second / cache size, settings for K
- * (or auto) and temperature. Loading and decoding run on one worker thread; the UI thread only
+ * Drafter picker (each pushed drafter export with where it runs: CPU, an ExecuTorch delegate, the
+ * Hexagon NPU), prompt box, streamed output, live acceptance / tokens per second / cache size,
+ * settings for K (or auto) and temperature. Loading and decoding run on one worker thread; the UI thread only
  * posts results. The n-gram cache is saved when the activity pauses.
  */
 public class MainActivity extends Activity {
@@ -42,31 +45,81 @@ public class MainActivity extends Activity {
     private Engine engine; // touched on the worker thread only
 
     private EditText prompt, temperature, maxTokens;
-    private Spinner kChoice;
+    private Spinner kChoice, drafterChoice;
     private Button run, stop;
-    private TextView output, stats, status;
+    private TextView output, stats, status, runsOn;
 
     @Override
     protected void onCreate(Bundle state) {
         super.onCreate(state);
         setContentView(buildUi());
-        status.setText("Loading models from " + ModelFiles.DEVICE_ROOT + " ...");
+        status.setText("Looking for models in " + ModelFiles.DEVICE_ROOT + " ...");
         run.setEnabled(false);
         worker.execute(new Runnable() {
             @Override
             public void run() {
                 try {
-                    engine = Engine.load(new File(ModelFiles.DEVICE_ROOT), new File(getFilesDir(), "ngram-cache.json"));
-                    final int entries = engine.cache.size();
+                    final List<Drafters.Option> options = Drafters.find(new File(ModelFiles.DEVICE_ROOT));
                     post(new Runnable() {
                         @Override
                         public void run() {
+                            offerDrafters(options);
+                        }
+                    });
+                } catch (final CoreException e) {
+                    showError(e.getMessage());
+                } catch (final RuntimeException e) { // ExecuTorch reports native failures as runtime exceptions
+                    Log.e(TAG, "listing drafters failed", e);
+                    showError("Could not read the drafter exports: " + e.getMessage());
+                }
+            }
+        });
+    }
+
+    /** The drafter picker: every pushed drafter export with where it runs; the first runnable one loads. */
+    private void offerDrafters(final List<Drafters.Option> options) {
+        drafterChoice.setAdapter(new ArrayAdapter<Drafters.Option>(this, android.R.layout.simple_spinner_dropdown_item, options));
+        int first = 0;
+        while (first < options.size() - 1 && options.get(first).choice.unavailable != null) first++;
+        drafterChoice.setSelection(first);
+        drafterChoice.setOnItemSelectedListener(new AdapterView.OnItemSelectedListener() {
+            @Override
+            public void onItemSelected(AdapterView<?> parent, View view, int position, long id) {
+                load(options.get(position));
+            }
+
+            @Override
+            public void onNothingSelected(AdapterView<?> parent) {}
+        });
+    }
+
+    private void load(final Drafters.Option drafter) {
+        run.setEnabled(false);
+        status.setText("Loading " + drafter.dir.getName() + " (" + drafter.choice.label + ") and the target ...");
+        worker.execute(new Runnable() {
+            @Override
+            public void run() {
+                try {
+                    if (engine != null) {
+                        engine.saveCache();
+                        engine.close();
+                        engine = null;
+                    }
+                    engine = Engine.load(new File(ModelFiles.DEVICE_ROOT), new File(getFilesDir(), "ngram-cache.json"), drafter);
+                    final int entries = engine.cache.size();
+                    final String where = engine.drafterRunsOn;
+                    post(new Runnable() {
+                        @Override
+                        public void run() {
+                            runsOn.setText("drafter runs on: " + where);
                             status.setText("Ready. n-gram cache: " + entries + " entries.");
                             run.setEnabled(true);
                         }
                     });
                 } catch (final CoreException e) {
                     showError(e.getMessage());
+                } catch (final IOException e) {
+                    showError("Saving the n-gram cache failed: " + e.getMessage());
                 } catch (final RuntimeException e) { // ExecuTorch reports load failures as runtime exceptions
                     Log.e(TAG, "load failed", e);
                     showError("Could not load the models: " + e.getMessage());
@@ -84,6 +137,11 @@ public class MainActivity extends Activity {
         prompt.setHint("Prompt");
         prompt.setMinLines(3);
         root.addView(prompt, new LinearLayout.LayoutParams(ViewGroup.LayoutParams.MATCH_PARENT, ViewGroup.LayoutParams.WRAP_CONTENT));
+
+        drafterChoice = new Spinner(this);
+        root.addView(drafterChoice);
+        runsOn = new TextView(this);
+        root.addView(runsOn);
 
         LinearLayout settings = new LinearLayout(this);
         settings.setOrientation(LinearLayout.HORIZONTAL);
