@@ -9,9 +9,8 @@ Layout of a state folder (one base drafter, many targets)::
 
 The safetensors header records who the delta belongs to (drafter and target tokenizer sha256 and
 base-weights sha256); loading it for any other pair is refused. Folders are replaced by writing a
-temp folder next to them and renaming: the previous folder is renamed to ``<name>.prev`` first and
-deleted only after the new one is in place, and a reader that finds only ``.prev`` (crash between
-the two renames) restores it.
+temp folder next to them and swapping it in (omnidraft.atomic.Staging): the previous folder is
+deleted only after the new one is in place, and a kill at any step leaves a complete folder.
 """
 
 from __future__ import annotations
@@ -19,16 +18,18 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from omnidraft.errors import AdapterError, ExportError, ModelFolderError
+from omnidraft import atomic
+from omnidraft.errors import AdapterError, ExportError, ManifestError, ModelFolderError
 from omnidraft.runtime.manifest import sha256_file
+from omnidraft.runtime.model_checks import weight_files
+from omnidraft.validate import read_fields
 
 FORMAT = "omnidraft.adapter"
 VERSION = "1"
@@ -49,19 +50,14 @@ SIDE_FILES = (
 def _weights_sha256(folder: Path) -> str:
     """Same convention as the export manifest's ``source_model_sha256``: one file -> its sha256,
     shards -> sha256 over (name, sha256) in name order."""
-    single = folder / "model.safetensors"
-    if single.is_file():
-        return sha256_file(single)
-    index = folder / "model.safetensors.index.json"
-    try:
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    except (OSError, ValueError, KeyError):
-        raise ModelFolderError(
-            f"{folder} has no readable model.safetensors(.index.json); pass a complete model folder"
-        ) from None
+    files = weight_files(folder)
+    if len(files) == 1:
+        if not files[0].is_file():
+            raise ModelFolderError(f"{folder} has no model.safetensors; pass a complete model folder")
+        return sha256_file(files[0])
     h = hashlib.sha256()
-    for s in shards:
-        h.update(s.encode() + b"\0" + sha256_file(folder / s).encode())
+    for f in files:
+        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
     return h.hexdigest()
 
 
@@ -71,13 +67,9 @@ def model_identity(folder: str | Path) -> tuple[str, str]:
     folder = Path(folder)
     manifest = folder / "manifest.json"
     if manifest.is_file():
-        try:
-            m = json.loads(manifest.read_text())
-            return str(m["tokenizer_sha256"]), str(m["source_model_sha256"])
-        except (OSError, ValueError, KeyError):
-            raise ModelFolderError(
-                f"{manifest} is unreadable or lacks tokenizer/source sha256; re-export the model"
-            ) from None
+        fix = "re-export the model with `omnidraft export`"
+        m = read_fields(manifest, error=ManifestError, what="manifest", fix=fix)
+        return m.sha256("tokenizer_sha256"), m.sha256("source_model_sha256")
     tok = folder / "tokenizer.json"
     if not tok.is_file():
         raise ModelFolderError(f"{folder} has no tokenizer.json; pass a model folder with its tokenizer")
@@ -108,49 +100,9 @@ def pair_dir(state: str | Path, ident: PairIdentity) -> Path:
 
 
 # -- atomic folders --------------------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(path: Path) -> None:
-    for f in path.rglob("*"):
-        if f.is_file():
-            with open(f, "rb+") as fh:
-                os.fsync(fh.fileno())
-    _fsync_dir(path)
-
-
 def recover_dir(final: Path) -> None:
-    """Undo a crash between the two renames of ``replace_dir``; drop abandoned temp folders."""
-    prev = final.with_name(final.name + ".prev")
-    if not final.exists() and prev.is_dir():
-        os.rename(prev, final)
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
-def new_temp_dir(final: Path) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the swapped-in folder should read like any other
-    return tmp
-
-
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Swap a fully written ``tmp`` folder in for ``final``, keeping the old one until it is in place."""
-    _fsync_tree(tmp)
-    prev = final.with_name(final.name + ".prev")
-    if prev.exists() and final.exists():
-        shutil.rmtree(prev)
-    if final.exists():
-        os.rename(final, prev)
-    os.rename(tmp, final)
-    _fsync_dir(final.parent)
-    shutil.rmtree(prev, ignore_errors=True)
+    """Undo a crash between the two renames of a fallback swap; drop abandoned temp folders."""
+    atomic.recover_dir(Path(final))
 
 
 # -- LoRA deltas -----------------------------------------------------------------------------
@@ -162,9 +114,7 @@ def save_adapter(
     from safetensors.torch import save_file
 
     final = Path(folder)
-    recover_dir(final)
-    tmp = new_temp_dir(final)
-    try:
+    with atomic.Staging(final) as tmp:
         # Only the LoRA factors: with lm_head among the targets PEFT would also store the whole base head.
         state = {
             k: v.detach().contiguous().cpu()
@@ -172,12 +122,9 @@ def save_adapter(
         }
         meta = ident.metadata()
         meta["info"] = json.dumps(info or {}, sort_keys=True)
-        save_file(state, str(tmp / ADAPTER_WEIGHTS), metadata=meta)
-        peft_model.peft_config["default"].save_pretrained(str(tmp))
-        replace_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        save_file(state, str(tmp.path / ADAPTER_WEIGHTS), metadata=meta)
+        peft_model.peft_config["default"].save_pretrained(str(tmp.path))
+        tmp.publish()
     return final
 
 
@@ -263,22 +210,26 @@ def _retie_unchanged_head(model: torch.nn.Module) -> None:
 
 
 def write_merged(
-    model: torch.nn.Module, base_folder: str | Path, folder: str | Path, ident: PairIdentity, info: dict | None = None
+    model: torch.nn.Module,
+    base_folder: str | Path,
+    folder: str | Path,
+    ident: PairIdentity,
+    info: dict | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Save the merged drafter as an HF folder (tokenizer files copied from the base drafter)."""
+    """Save the merged drafter as an HF folder (tokenizer files copied from the base drafter);
+    ``extra(staging)`` adds files that must be published with it (its acceptance head)."""
     final = Path(folder)
-    recover_dir(final)
-    tmp = new_temp_dir(final)
-    try:
-        merged_model(model).save_pretrained(str(tmp), safe_serialization=True)
+    with atomic.Staging(final) as tmp:
+        merged_model(model).save_pretrained(str(tmp.path), safe_serialization=True)
         for name in SIDE_FILES:
             if (Path(base_folder) / name).is_file():
-                shutil.copyfile(Path(base_folder) / name, tmp / name)
-        (tmp / SIDECAR).write_text(json.dumps({"base": ident.metadata(), "info": info or {}}, indent=1, sort_keys=True))
-        replace_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+                shutil.copyfile(Path(base_folder) / name, tmp.path / name)
+        sidecar = json.dumps({"base": ident.metadata(), "info": info or {}}, indent=1, sort_keys=True)
+        (tmp.path / SIDECAR).write_text(sidecar)
+        if extra is not None:
+            extra(tmp.path)
+        tmp.publish()
     return final
 
 
@@ -293,11 +244,5 @@ def export_merged(merged: str | Path, fmt: str, folder: str | Path, max_seq_len:
         ) from None
     final = Path(folder)
     recover_dir(final)
-    tmp = new_temp_dir(final)
-    try:
-        export_model(merged, fmt, quant, max_seq_len, tmp, progress=False)
-        replace_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    export_model(merged, fmt, quant, max_seq_len, final, progress=False)  # it swaps the folder in itself
     return final

@@ -346,20 +346,13 @@ def save_for(trainer: HeadTrainer, drafter_folder, info: dict | None = None) -> 
 
 
 def export_with_head(drafter_folder, folder, max_seq_len: int, quant: str = "fp32"):
-    """Re-lower a published drafter with its head in the ONNX graph; swapped in only after the gate."""
-    import shutil
-
+    """Re-lower a published drafter with its head in the ONNX graph; the export pipeline swaps the
+    folder in only after its gate passed."""
     from omnidraft.export.pipeline import export_model
 
-    from .delta import new_temp_dir, recover_dir, replace_dir
+    from .delta import recover_dir
 
     final = Path(folder)
     recover_dir(final)
-    tmp = new_temp_dir(final)
-    try:
-        export_model(drafter_folder, "onnx", quant, max_seq_len, tmp, progress=False, accept_head=drafter_folder)
-        replace_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    export_model(drafter_folder, "onnx", quant, max_seq_len, final, progress=False, accept_head=drafter_folder)
     return final

@@ -10,6 +10,7 @@ n-gram cache and the merged drafter are written for the target, each atomically.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import deque
@@ -28,6 +29,8 @@ from .buffer import TOP_K, Collector, Record
 from .engine import Trainer, wrap_lora
 from .guard import Measure, measure
 from .loss import LOSSES
+
+FLOATS = ("lr", "guard_margin", "distill_temperature", "gamma", "head_lr", "head_bias_lr", "head_reject_weight")
 
 
 @dataclass
@@ -66,6 +69,12 @@ class AdaptConfig:
     tune_gamma: bool = False  # auto: tune gamma and K_max online from measured costs (runtime.gamma)
 
     def validate(self) -> None:
+        for name in FLOATS:
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v)):
+                raise InvalidArgument(f"--{name.replace('_', '-')} must be a finite number (got {v})")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InvalidArgument(f"--seed must be an integer >= 0 (got {self.seed})")
         if self.mode not in ("lora", "full"):
             raise InvalidArgument(f"unknown adaptation mode {self.mode!r}; use lora or full")
         if self.loss not in LOSSES and self.loss != "none":
@@ -90,6 +99,8 @@ class AdaptConfig:
                     "--head-lr, --head-bias-lr and --head-reject-weight must be > 0, --head-steps/--head-replay/"
                     "--head-batch >= 1"
                 )
+        if self.mode == "lora" and self.rank < 1:
+            raise InvalidArgument(f"--lora-rank must be >= 1 (got {self.rank})")
         for name in (
             "every",
             "steps_per_update",
@@ -362,11 +373,14 @@ class OnlineAdapter:
         self.decoder.cache.save(self.cache_path)
         if self.cfg.mode == "lora":
             delta.save_adapter(self.model, self.dir / "adapter", self.ident, info)
-        delta.write_merged(self.model, self.drafter_path, self.dir / "drafter", self.ident, info)
-        if self.head is not None:  # beside the merged weights it was trained on; loaders attach it
+        extra = None
+        if self.head is not None:  # beside the merged weights it was trained on, published with them
             from .head import save_for
 
-            save_for(self.head, self.dir / "drafter", info)
+            def extra(staging: Path) -> None:
+                save_for(self.head, staging, info)
+
+        delta.write_merged(self.model, self.drafter_path, self.dir / "drafter", self.ident, info, extra)
         self.published = weights
 
     def export(self) -> dict[str, str]:

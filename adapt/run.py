@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from omnidraft.atomic import check_writable
 from omnidraft.errors import InvalidArgument
 
 from . import report as reporting
@@ -77,6 +78,8 @@ def adapt_stream(
     (acceptance per proposed token falls with K, so a lift is only comparable at the same K)."""
     t_start = time.perf_counter()
     cfg.validate()  # bad options fail before any stream or model is read
+    check_writable(out, folder=True)  # an unwritable --out or --state is refused now, not after the work
+    check_writable(state or out / "state", folder=True)
     bad = [k for k in eval_draft_lens if k < 1]
     if bad:
         raise InvalidArgument(f"--eval-draft-lens must be positive integers (got {bad[0]}); e.g. 1,2,3,4")

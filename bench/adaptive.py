@@ -139,11 +139,13 @@ class AdaptiveBench:
         self.calibration: dict[str, dict[str, list[dict]]] = {}  # stream -> curve -> bins
 
     def run(self) -> dict:
+        from omnidraft.atomic import check_writable
         from omnidraft.bench.engine import Engine, resolve_pair, set_threads
 
         s = self.s
         s.validate()
         self.pair = resolve_pair(s.pair)
+        check_writable(s.out, folder=True)  # before any export or pass, not when the report is written
         self.report["meta"]["threads"] = set_threads(s.threads)
         d_path, t_path = self.pair.paths(s.backend, s.max_seq_len, self.progress)
         self.eng = Engine(s.backend, d_path, t_path, s.threads)

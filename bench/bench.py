@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from omnidraft.atomic import write_json, write_text
+from omnidraft.atomic import check_writable, write_json, write_text
 from omnidraft.bench import adapted
 from omnidraft.bench.bundled import DRAFT_VOCAB
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
@@ -555,6 +555,7 @@ def run_bench(s: BenchSettings, progress: bool = True) -> dict:
     """Run every section; always writes DIR/bench.json, bench.md and the plots, also on Ctrl-C."""
     validate(s)
     pair = resolve_pair(s.pair)  # a bad pair fails here, before anything is written
+    check_writable(s.out, folder=True)  # so does an --out the report could not be written to
     report = new_report(s)
     report["meta"]["threads"] = set_threads(s.threads)
     bench = Bench(s, report, progress)

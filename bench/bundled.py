@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from omnidraft.bench.export_cache import touch
 from omnidraft.errors import ManifestError, ModelFolderError
 from omnidraft.models.gguf_tokenizers import cache_dir
 
@@ -92,6 +93,7 @@ def cached_export(
 
         try:
             load_manifest(out)
+            touch(out)  # its last use, for omnidraft cache prune
             return out
         except (ManifestError, ModelFolderError):
             pass  # damaged cache entry: export again

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from omnidraft.atomic import save_figure, write_json
+from omnidraft.atomic import check_writable, save_figure, write_json
 from omnidraft.bench.bundled import check_bundled, drafter_export, drafter_vocab, target_export
 from omnidraft.bench.streams_eval import StreamRun, run_stream
 from omnidraft.errors import InvalidArgument
@@ -265,6 +265,7 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             "set --adapt-prompts N >= 1 and --adapt-streams, or use a fixed --draft-len K"
         )
     pairs = demo_pairs(s)  # a missing or uninstalled model fails here, before any export
+    check_writable(s.out, folder=True)  # before the exports and passes, not when the report is written
     state = s.out / "state"
     shutil.rmtree(state, ignore_errors=True)  # each demo run starts from the untrained drafter
     rows, curves, adaptation, artifacts = [], {}, {}, []

@@ -341,16 +341,18 @@ def record_run(
     cache_before = cache._serialise().decode()
     target_loaded = _loaded(target, target_codec, target_eos)
     dec = SpeculativeDecoder(target_loaded, _loaded(drafter, drafter_codec), cache)
-    # The Java core translates as the paper does (direct map + n-grams); it has no splits yet.
-    cfg = DecodeConfig(**{"splits": False, **cfg_kw})
+    # The Java core translates and samples as the paper does (direct map + n-grams, Eq. 1-2); it has
+    # no splits and no exact n-gram sampling yet.
+    cfg = DecodeConfig(**{"splits": False, "ngram_sampling": "paper", **cfg_kw})
     with _record_uniforms(uniforms):
         result = dec.generate(prompt, cfg, trace=True)
     return {
         # ``speculate`` and ``accept_offsets`` are the gamma controller's (runtime/gamma.py); the Java
-        # core always drafts with a fixed K, so the record keeps the fields it reads.
+        # core always drafts with a fixed K and samples n-grams by Eq. 1-2, so the record keeps the
+        # fields it reads.
         "name": name,
         "prompt": prompt,
-        "config": {k: v for k, v in asdict(cfg).items() if k not in ("speculate", "accept_offsets")},
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("speculate", "accept_offsets", "ngram_sampling")},
         "target_eos": sorted(target_loaded.eos_ids),
         "drafter_width": drafter.vocab_size,
         "target_width": target.vocab_size,

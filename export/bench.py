@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from omnidraft.atomic import write_text
+from omnidraft.atomic import check_writable, write_text
 from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.manifest import is_export_dir, load_manifest
 
@@ -107,6 +107,7 @@ def run_bench(
     if threads is not None and threads < 1:
         raise InvalidArgument(f"--threads must be >= 1 (got {threads}); pass 0 for each library's default")
     out = Path(out_dir)
+    check_writable(out, folder=True)  # before the first export, not after it
     rows = []
     for fmt, quant in pairs:
         d = out / (f"{fmt}-{quant}" + (f"-{et_path}" if fmt == "executorch" and et_path != "auto" else ""))

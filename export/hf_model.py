@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omnidraft.errors import ModelFolderError
 from omnidraft.runtime.manifest import sha256_file
+from omnidraft.runtime.model_checks import check_model_files, read_config, weight_files
+from omnidraft.runtime.tokenizer import load_codec
 
 from .recipes import SUPPORTED_ARCHITECTURES
 
@@ -53,18 +54,16 @@ def inspect_folder(folder: str | Path) -> ModelInfo:
     """Validate the folder layout and config without importing torch."""
     folder = Path(folder)
     if not folder.is_dir():
+        state = "is not a folder" if folder.exists() else "does not exist"
         raise ModelFolderError(
-            f"model folder {folder} does not exist; pass a folder holding config.json, "
-            "model.safetensors and tokenizer.json"
+            f"model folder {folder} {state}; pass a folder holding config.json, model.safetensors and tokenizer.json"
         )
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise ModelFolderError(f"{folder} has no config.json; save the model with save_pretrained()")
-    try:
-        cfg: dict[str, Any] = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelFolderError(f"{cfg_path} is not valid JSON ({exc}); re-save the model") from exc
-    archs = cfg.get("architectures") or []
+    fields = read_config(folder)
+    cfg: dict[str, Any] = fields.obj
+    archs = fields.str_list("architectures", default=[])
     arch = archs[0] if archs else None
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelFolderError(
@@ -77,6 +76,7 @@ def inspect_folder(folder: str | Path) -> ModelInfo:
             f"{folder} has no {TOKENIZER_FILE}; save the model's fast tokenizer there "
             "(tokenizer.save_pretrained) so the export can carry it"
         )
+    check_model_files(folder, load_codec(folder / TOKENIZER_FILE).vocab_size)  # truncated weights, a foreign tokenizer
     try:
         heads = int(cfg["num_attention_heads"])
         return ModelInfo(
@@ -102,14 +102,11 @@ def _weight_files(folder: Path) -> tuple[Path, ...]:
         return (single,)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError) as exc:
-            raise ModelFolderError(f"{index} is malformed ({exc}); re-save the model") from exc
-        missing = [s for s in shards if not (folder / s).is_file()]
+        shards = weight_files(folder)
+        missing = [s.name for s in shards if not s.is_file()]
         if missing:
             raise ModelFolderError(f"{folder} lacks weight shards {missing}; copy the complete model")
-        return tuple(folder / s for s in shards)
+        return tuple(shards)
     if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
         raise ModelFolderError(
             f"{folder} holds pickle weights only; convert them to safetensors "

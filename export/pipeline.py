@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -15,10 +12,10 @@ from importlib import metadata
 from pathlib import Path
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.manifest import MANIFEST_FILE, Manifest, sha256_file, write_manifest
+from omnidraft.runtime.manifest import Manifest, sha256_file
 
-from . import recipes
-from .hf_model import SIDE_FILES, TOKENIZER_FILE, inspect_folder, weights_sha256
+from . import publish, recipes
+from .hf_model import TOKENIZER_FILE, inspect_folder, weights_sha256
 
 VERSIONED = ("torch", "executorch", "torchao", "transformers", "onnx", "onnxruntime", "omnidraft")
 
@@ -73,17 +70,6 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[pkg] = "absent"
     return out
-
-
-def _prepare_out_dir(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-")
-        probe.close()
-    except OSError as exc:
-        raise InvalidArgument(
-            f"cannot write to output folder {out} ({exc.strerror or exc}); pick a writable --out folder"
-        ) from None
 
 
 def export_model(
@@ -168,7 +154,7 @@ def export_model(
     if not 0.0 <= threshold <= 1.0:
         raise InvalidArgument(f"--min-top1 must be within [0, 1] (got {min_top1})")
     out = Path(out_dir)
-    _prepare_out_dir(out)
+    publish.check_out_dir(out, info.folder)
     _quiet_libraries()
     command = " ".join(
         shlex.quote(str(a))
@@ -212,7 +198,8 @@ def export_model(
         bar.n = i
         bar.set_description(f"export: {stages[i]}")  # also redraws
 
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    building = publish.staging(out)  # beside --out, swapped in whole: the previous export stays until then
+    staging = building.path
     try:
         stage(0)
         from .hf_model import load_model
@@ -323,12 +310,12 @@ def export_model(
             device_info=built.device_info,
             extra_files=built.extra_files,
         )
-        _publish(staging, out, info.folder, manifest)
+        publish.publish(building, info.folder, manifest)
         bar.n = len(stages)
         bar.set_description("export: done")
     finally:
         bar.close()
-        shutil.rmtree(staging, ignore_errors=True)
+        building.close()
     return ExportResult(out, manifest, time.perf_counter() - t0)
 
 
@@ -358,32 +345,3 @@ def _eos_list(eos) -> list[int]:
     if eos is None:
         return []
     return [int(e) for e in eos] if isinstance(eos, list) else [int(eos)]
-
-
-def _publish(staging: Path, out: Path, model_dir: Path, manifest: Manifest) -> None:
-    """Move the artifact and tokenizer files in; manifest last so a half-written export never
-    validates (the stale manifest is removed first, and the companion files it listed)."""
-    stale = _companions(out / MANIFEST_FILE)
-    (out / MANIFEST_FILE).unlink(missing_ok=True)
-    for name in stale - set(manifest.extra_files):
-        (out / name).unlink(missing_ok=True)
-    for name in (TOKENIZER_FILE, *SIDE_FILES):
-        if (model_dir / name).is_file():
-            shutil.copyfile(model_dir / name, staging / name)
-    for other in recipes.ARTIFACT_FILES.values():  # a previous export of the other format
-        if other != manifest.artifact_file:
-            (out / other).unlink(missing_ok=True)
-    for f in staging.iterdir():
-        os.replace(f, out / f.name)
-    write_manifest(out, manifest)
-
-
-def _companions(path: Path) -> set[str]:
-    """Plain file names an earlier manifest listed beside its artifact (none if it is unreadable)."""
-    import json
-
-    try:
-        names = json.loads(path.read_text()).get("extra_files") or {}
-    except (OSError, ValueError, AttributeError):
-        return set()
-    return {n for n in names if isinstance(n, str) and n and Path(n).name == n}

@@ -9,7 +9,6 @@ seed range ``TEST_SEED0..``, none of which the target's training data contains.
 from __future__ import annotations
 
 import functools
-import json
 import random
 import re
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from omnidraft.errors import DataError
 from omnidraft.models import data, mathgen
+from omnidraft.validate import Fields, MiB, decode_utf8, iter_lines, parse_json
 
 STREAMS = ("code", "math", "text")
 SPLITS = ("train", "test")
@@ -25,6 +25,7 @@ COUNTS = {"train": 1000, "test": 100}
 # three disjoint ranges (training additionally drops any problem whose question equals a test one).
 TRAIN_SEED0, TEST_SEED0, CORPUS_SEED0 = 0, 1_000_000, 2_000_000
 PROMPT_CHARS, REFERENCE_CHARS = 320, 320
+MAX_LINE_BYTES = MiB  # one prompt line of a user stream file
 
 
 @dataclass(frozen=True)
@@ -163,28 +164,28 @@ def for_target(prompts: list[Prompt], target: Path) -> list[Prompt]:
 
 
 def load_stream_file(path: str | Path) -> list[Prompt]:
-    """A user stream: JSONL with one {"prompt": str, optional "reference", "id"} object per line."""
+    """A user stream: JSONL with one {"prompt": str, optional "reference", "id"} object per line,
+    UTF-8, each line at most ``MAX_LINE_BYTES`` (read line by line: a huge or binary file is refused
+    at its first bad line)."""
     path = Path(path)
-    if not path.is_file():
+    fix = 'each line must be a UTF-8 JSON object {"prompt": "..."}'
+    if not path.exists():
         raise DataError(f'stream file {path} does not exist; pass a JSONL file with one {{"prompt": ...}} per line')
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, raw in iter_lines(path, error=DataError, what="stream file", fix=fix, limit=MAX_LINE_BYTES):
+        where = f"{path} line {n}"
+        line = decode_utf8(raw, error=DataError, where=where, fix=fix)
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f'{path} line {n} is not valid JSON ({exc.msg}); each line must be {{"prompt": "..."}}'
-            ) from exc
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"]:
-            raise DataError(
-                f'{path} line {n} has no non-empty string "prompt" field; each line must be {{"prompt": "..."}}'
-            )
-        ref = obj.get("reference", "")
-        if not isinstance(ref, str):
-            raise DataError(f'{path} line {n}: "reference" must be a string')
-        prompts.append(Prompt(str(obj.get("id", f"{path.stem}/{n}")), "file", obj["prompt"], ref))
+        f = Fields(parse_json(line, error=DataError, where=where, fix=fix), where=where, error=DataError, fix=fix)
+        prompt = f.obj.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise DataError(f'{where} has no non-empty string "prompt" field; {fix}')
+        ref = f.str("reference", default="")
+        pid = f.obj.get("id", f"{path.stem}/{n}")
+        if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+            raise f.fail("id", "a string or an integer", pid)
+        prompts.append(Prompt(str(pid), "file", prompt, ref))
     if not prompts:
         raise DataError(f'stream file {path} is empty; add one {{"prompt": "..."}} object per line')
     return prompts

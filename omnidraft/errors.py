@@ -39,3 +39,7 @@ class DataError(OmnidraftError):
 
 class AdapterError(OmnidraftError):
     """A drafter adapter (LoRA delta) or adapted drafter is damaged or belongs to another drafter/target."""
+
+
+class OutputError(OmnidraftError):
+    """An output file or folder cannot be written: not a regular file, read-only, or the disk is full."""

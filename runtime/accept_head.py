@@ -16,19 +16,21 @@ tokens they cover; the rule is only *applied* where the draft ends on a target-t
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.errors import InvalidArgument, ModelFolderError
 from omnidraft.runtime.manifest import sha256_file
+from omnidraft.runtime.model_checks import read_config, weight_files
+from omnidraft.validate import read_fields
 
 HEAD_JSON = "head.json"
 HEAD_WEIGHTS = "head.safetensors"
 FORMAT = "omnidraft.accept_head"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: no per-token biases
+MAX_HIDDEN, MAX_LAYERS = 1 << 16, 64  # bounds a forged head.json cannot make us allocate past
 NO_HEAD_FIX = "export the drafter with --accept-head HEAD, or train one with omnidraft adapt --train-head"
 
 
@@ -60,26 +62,15 @@ def drafter_identity(folder: str | Path) -> DrafterIdentity:
     """Identity of a Hugging Face drafter folder; the digest is the one ``omnidraft export``
     records as ``source_model_sha256`` (one file: its sha256; shards: a digest over name + sha256)."""
     folder = Path(folder)
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-        hidden = int(cfg["hidden_size"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelFolderError(
-            f"cannot read the hidden size from {folder / 'config.json'} ({exc}); pass the drafter's Hugging Face folder"
-        ) from None
-    single = folder / "model.safetensors"
-    if single.is_file():
-        return DrafterIdentity(sha256_file(single), hidden)
-    index = folder / "model.safetensors.index.json"
-    try:
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelFolderError(
-            f"{folder} has no readable model.safetensors ({exc}); pass a complete drafter folder"
-        ) from None
+    hidden = read_config(folder).int("hidden_size", lo=1)
+    files = weight_files(folder)
+    if len(files) == 1:
+        if not files[0].is_file():
+            raise ModelFolderError(f"{folder} has no model.safetensors; pass a complete drafter folder")
+        return DrafterIdentity(sha256_file(files[0]), hidden)
     h = hashlib.sha256()
-    for s in shards:
-        h.update(s.encode() + b"\0" + sha256_file(folder / s).encode())
+    for f in files:
+        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
     return DrafterIdentity(h.hexdigest(), hidden)
 
 
@@ -97,25 +88,20 @@ def read_head(path: str | Path) -> HeadInfo:
             f"{folder} is not an acceptance head (needs {HEAD_JSON} and {HEAD_WEIGHTS}); "
             "train one with omnidraft adapt --train-head"
         )
-    try:
-        d = json.loads(meta.read_text())
-        if d.get("format") != FORMAT or d.get("version") not in READABLE_VERSIONS:
-            raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
-        info = HeadInfo(
-            folder,
-            int(d["hidden_size"]),
-            int(d["num_layers"]),
-            DrafterIdentity(str(d["drafter"]["weights_sha256"]), int(d["drafter"]["hidden_size"])),
-            str(d["weights_sha256"]),
-            dict(d.get("training", {})),
-            int(d.get("vocab_size", 0)),
-        )
-        if info.vocab_size < 0:
-            raise ValueError(f"vocab_size {info.vocab_size}")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise AcceptHeadError(
-            f"{meta} is malformed ({exc}); retrain the head with omnidraft adapt --train-head"
-        ) from None
+    fix = "retrain the head with omnidraft adapt --train-head"
+    f = read_fields(meta, error=AcceptHeadError, what="acceptance head", fix=fix)
+    if f.obj.get("format") != FORMAT or f.obj.get("version") not in READABLE_VERSIONS:
+        raise AcceptHeadError(f"{meta} is not an omnidraft acceptance head (format {FORMAT} version {VERSION}); {fix}")
+    drafter = f.sub("drafter")
+    info = HeadInfo(
+        folder,
+        f.int("hidden_size", lo=1, hi=MAX_HIDDEN),
+        f.int("num_layers", lo=0, hi=MAX_LAYERS),
+        DrafterIdentity(drafter.sha256("weights_sha256"), drafter.int("hidden_size", lo=1, hi=MAX_HIDDEN)),
+        f.sha256("weights_sha256"),
+        f.dict("training", default={}),
+        f.int("vocab_size", lo=0, hi=1 << 24, default=0),
+    )
     if sha256_file(weights) != info.weights_sha256:
         raise AcceptHeadError(
             f"{weights} does not match {meta} (sha256 differs): it was truncated or replaced; "

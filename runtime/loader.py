@@ -7,13 +7,14 @@ ONNX Runtime path loads no torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omnidraft.errors import InvalidArgument, ManifestError, ModelFolderError
 from omnidraft.runtime.backends.base import Backend
+from omnidraft.runtime.model_checks import check_model_files, config_eos_ids
 from omnidraft.runtime.tokenizer import TokenCodec, load_codec
+from omnidraft.validate import check_vocab_fits
 
 
 @dataclass
@@ -27,19 +28,7 @@ class LoadedModel:
 
 
 def _eos_from_config(folder: Path) -> set[int]:
-    ids: set[int] = set()
-    for name in ("generation_config.json", "config.json"):
-        f = folder / name
-        if f.is_file():
-            try:
-                v = json.loads(f.read_text()).get("eos_token_id")
-            except ValueError:
-                raise ModelFolderError(f"{f} is not valid JSON; restore it from the model's source") from None
-            if isinstance(v, int):
-                ids.add(v)
-            elif isinstance(v, list):
-                ids.update(int(x) for x in v)
-    return ids
+    return config_eos_ids(folder)
 
 
 def check_hf_folder(folder: Path) -> None:
@@ -82,6 +71,7 @@ def load_model(
         )
     check_hf_folder(folder)
     codec = load_codec(folder / "tokenizer.json")
+    check_model_files(folder, codec.vocab_size)  # truncated weights, another model's tokenizer: before torch
     from omnidraft.runtime.backends.torch_eager import TorchEagerBackend  # torch only on this path
 
     backend = TorchEagerBackend(folder, max_seq_len)
@@ -133,6 +123,9 @@ def _load_export(folder: Path, threads: int | None = None, spin: bool = False) -
     codec = load_codec(folder / manifest.tokenizer_file)
     if codec.sha256 != manifest.tokenizer_sha256:
         raise ManifestError(f"the tokenizer in {folder} does not match its manifest; re-export the model")
+    check_vocab_fits(
+        tokenizer_size=codec.vocab_size, model_width=manifest.vocab_size, tokenizer=str(codec.path), model=str(folder)
+    )
     eos = set(getattr(manifest, "eos_token_ids", ()) or ()) or set(codec.eos_ids)
     # None for exports older than the verify-vs-decode measurement (export/parity.py).
     row_stable = (manifest.parity.get("batch_invariance") or {}).get("row_stable")

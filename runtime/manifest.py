@@ -11,11 +11,14 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from omnidraft.atomic import write_text
+from omnidraft.atomic import recover_dir, write_text
 from omnidraft.errors import ManifestError, ModelFolderError
+from omnidraft.validate import Fields, read_json
 
 MANIFEST_FILE = "manifest.json"
 SCHEMA_VERSION = 1
+FORMATS = ("onnx", "executorch")
+MAX_VOCAB = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -81,24 +84,70 @@ def is_export_dir(path: str | Path) -> bool:
 
 
 def manifest_from_dict(data: dict[str, Any], where: str = MANIFEST_FILE) -> Manifest:
-    if not isinstance(data, dict):
-        raise ManifestError(f"{where} does not hold a JSON object; re-export the model with `omnidraft export`")
-    missing = [k for k in _REQUIRED if k not in data]
+    """Every field type- and range-checked: a forged or damaged manifest gets one line naming the
+    field, never a traceback later in a backend."""
+    fix = "re-export the model with `omnidraft export`"
+    f = Fields(data, where=where, error=ManifestError, fix=fix)
+    missing = [k for k in _REQUIRED if not f.has(k)]
     if missing:
-        raise ManifestError(f"{where} lacks required keys {missing}; re-export the model with `omnidraft export`")
-    if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise ManifestError(f"{where} lacks required keys {missing}; {fix}")
+    schema = f.int("schema_version", default=SCHEMA_VERSION)
+    if schema != SCHEMA_VERSION:
         raise ManifestError(
-            f"{where} has schema version {data.get('schema_version')}, this omnidraft reads "
+            f"{where} has schema version {schema}, this omnidraft reads "
             f"{SCHEMA_VERSION}; re-export the model with this version's `omnidraft export`"
         )
-    known = {f.name for f in fields(Manifest)}
-    try:
-        m = Manifest(**{k: v for k, v in data.items() if k in known})
-        for name in ("vocab_size", "max_seq_len", "num_layers", "num_kv_heads", "head_dim", "artifact_bytes"):
-            if not isinstance(getattr(m, name), int) or getattr(m, name) <= 0:
-                raise TypeError(f"{name} must be a positive integer")
-    except TypeError as exc:
-        raise ManifestError(f"{where} is malformed ({exc}); re-export the model with `omnidraft export`") from exc
+    vocab = f.int("vocab_size", lo=1, hi=MAX_VOCAB)
+    m = Manifest(
+        format=f.str("format", choices=FORMATS),
+        quant=f.str("quant"),
+        architecture=f.str("architecture"),
+        vocab_size=vocab,
+        max_seq_len=f.int("max_seq_len", lo=1, hi=1 << 24),
+        num_layers=f.int("num_layers", lo=1, hi=1 << 16),
+        num_kv_heads=f.int("num_kv_heads", lo=1, hi=1 << 16),
+        head_dim=f.int("head_dim", lo=1, hi=1 << 16),
+        inputs=f.str_list("inputs"),
+        outputs=f.str_list("outputs"),
+        artifact_file=f.filename("artifact_file"),
+        artifact_sha256=f.sha256("artifact_sha256"),
+        artifact_bytes=f.int("artifact_bytes", lo=1),
+        tokenizer_file=f.filename("tokenizer_file"),
+        tokenizer_sha256=f.sha256("tokenizer_sha256"),
+        source_model_sha256=f.sha256("source_model_sha256"),
+        exporter_versions=f.dict("exporter_versions"),
+        eos_token_ids=f.int_list("eos_token_ids", lo=0, hi=vocab - 1),
+        bos_token_id=f.optional_int("bos_token_id", lo=0, hi=vocab - 1),
+        parity=f.dict("parity"),
+        export_command=f.str("export_command"),
+        embedding_quant=f.str("embedding_quant", default="none"),
+        exporter=f.str("exporter", default=""),
+        source_model=f.str("source_model", default=""),
+        skipped_layers=f.str_list("skipped_layers", default=[]),
+        accept_head=f.dict("accept_head", default={}),
+        draft_vocab=f.dict("draft_vocab", default={}),
+        pad_single_row=f.bool("pad_single_row", default=False),
+        schema_version=schema,
+    )
+    for k, v in m.exporter_versions.items():
+        if not isinstance(v, str):
+            raise f.fail(f"exporter_versions.{k}", "a version string", v)
+    if m.draft_vocab:
+        dv = f.sub("draft_vocab")
+        size = dv.int("size", lo=1, hi=vocab)
+        if len(dv.int_list("kept", lo=0, hi=vocab - 1)) != size:
+            raise dv.fail("kept", f"a list of {size} token ids (draft_vocab.size)")
+    if m.parity.get("batch_invariance") is not None:  # older exports have none
+        inv = f.sub("parity").sub("batch_invariance")
+        row_stable = inv.obj.get("row_stable")
+        if row_stable is not None and not isinstance(row_stable, bool):
+            raise inv.fail("row_stable", "true, false or null", row_stable)
+        if inv.has("single_row_padded") and inv.bool("single_row_padded") != m.pad_single_row:
+            raise f.fail(
+                "pad_single_row",
+                "what its row stability was measured with (parity.batch_invariance.single_row_padded)",
+                m.pad_single_row,
+            )
     return m
 
 
@@ -110,6 +159,8 @@ def load_manifest(export_dir: str | Path, verify: bool = True) -> Manifest:
     """
     export_dir = Path(export_dir)
     path = export_dir / MANIFEST_FILE
+    if not export_dir.exists():
+        recover_dir(export_dir)  # a swap cut short on a filesystem without atomic exchange
     if not export_dir.is_dir():
         raise ModelFolderError(f"export folder {export_dir} does not exist; create it with `omnidraft export`")
     if not path.is_file():
@@ -117,10 +168,7 @@ def load_manifest(export_dir: str | Path, verify: bool = True) -> Manifest:
             f"{export_dir} has no {MANIFEST_FILE}; it is not an export folder — "
             "create one with `omnidraft export --model HF_FOLDER --format ... --out DIR`"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path} is not valid JSON ({exc}); re-export the model with `omnidraft export`") from exc
+    data = read_json(path, error=ManifestError, what="manifest", fix="re-export the model with `omnidraft export`")
     m = manifest_from_dict(data, str(path))
     if verify:
         _check_file(export_dir, m.artifact_file, m.artifact_sha256, "artifact", m)

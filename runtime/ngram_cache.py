@@ -2,7 +2,8 @@
 
 Filled from verified output only (reverse translation of accepted target text), bounded with LFU (or
 LRU, for the paper's Table 14 comparison) eviction, and saved per (drafter, target) pair as JSON with
-a checksum so a damaged or foreign file is refused instead of silently used.
+a checksum so a damaged or foreign file is refused instead of silently used (the file itself, its
+checks and its sharing between processes: runtime/ngram_cache_file.py).
 
 File format (shared with the Java core in android_demo/):
 ``{"format": "omnidraft.ngram-cache", "version": 1, "drafter_tokenizer": sha256, "target_tokenizer": sha256,
@@ -19,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omnidraft.atomic import write_bytes
-from omnidraft.errors import CacheFileError, InvalidArgument
+from omnidraft.errors import InvalidArgument
 
 FORMAT = "omnidraft.ngram-cache"
 VERSION = 1
@@ -29,7 +29,7 @@ POLICIES = ("lfu", "lru")
 Key = tuple[int, ...]
 
 
-def _entries_checksum(entries: list) -> str:
+def entries_checksum(entries: list) -> str:
     return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -58,6 +58,11 @@ class NgramCache:
         self._entries: dict[Key, list[int]] = {}  # key -> [target, seen, hits, last_used]
         self._refs = np.zeros(drafter_width, dtype=np.int32)  # how many keys use each drafter id
         self._heap: list[tuple[int, int, Key]] = []
+        # The file this cache was opened from (ngram_cache_file.open_shared/load): saving back to it merges.
+        self.file: Path | None = None
+        self.file_stamp: tuple | None = None
+        self.file_base: dict[Key, tuple[int, int, int]] = {}
+        self.target_width: int | None = None
 
     # -- queries -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -153,13 +158,30 @@ class NgramCache:
             "policy": self.policy,
             "clock": self.clock,
             "entries": entries,
-            "checksum": _entries_checksum(entries),
+            "checksum": entries_checksum(entries),
         }
         return json.dumps(doc, separators=(",", ":")).encode()
 
+    def install(self, rows: list[tuple], clock: int) -> None:
+        """Replace the contents with ``rows`` (key, target, seen, hits, last_used), replayed in recency
+        order so the eviction state is the one the saving process had (the Java core does the same)."""
+        self._entries, self._heap, self.max_len, self.clock = {}, [], 0, 0
+        self._refs[:] = 0
+        self.version += 1
+        for key, target, seen, hits, last in sorted(rows, key=lambda r: r[4]):
+            self.observe(key, target)
+            e = self._entries.get(key)
+            if e is not None:
+                e[1], e[2], e[3] = seen, hits, last
+                self._push(key, e)
+        self.clock = max(clock, self.clock)
+
     def save(self, path: str | Path) -> None:
-        """Write atomically: a crash mid-write leaves the previous file intact."""
-        write_bytes(path, self._serialise())
+        """Write atomically (a crash mid-write leaves the previous file intact); a cache opened from
+        ``path`` merges what other processes saved there meanwhile."""
+        from omnidraft.runtime import ngram_cache_file
+
+        ngram_cache_file.save(self, Path(path))
 
     @classmethod
     def load(
@@ -173,36 +195,8 @@ class NgramCache:
         policy: str | None = None,
     ) -> NgramCache:
         """Load a cache saved for exactly this (drafter, target) tokenizer pair."""
-        path = Path(path)
-        hint = "delete it to start a fresh cache"
-        try:
-            doc = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            raise CacheFileError(f"n-gram cache {path} is unreadable or not JSON ({exc}); {hint}") from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
-            raise CacheFileError(f"{path} is not an omnidraft n-gram cache (format {FORMAT} v{VERSION}); {hint}")
-        if doc.get("drafter_tokenizer") != drafter_tokenizer or doc.get("target_tokenizer") != target_tokenizer:
-            raise CacheFileError(
-                f"n-gram cache {path} was built for another drafter/target tokenizer pair; "
-                f"use the cache of this pair or {hint}"
-            )
-        entries = doc.get("entries")
-        if not isinstance(entries, list) or doc.get("checksum") != _entries_checksum(entries):
-            raise CacheFileError(f"n-gram cache {path} is corrupted (checksum mismatch); {hint}")
-        cap = capacity if capacity is not None else doc.get("capacity")
-        cache = cls(drafter_tokenizer, target_tokenizer, drafter_width, cap, policy or doc.get("policy", "lfu"))
-        try:
-            ordered = sorted(entries, key=lambda r: r[4])  # replay in recency order so eviction state matches
-            for key, target, seen, hits, last in ordered:
-                if not key or not all(0 <= d < drafter_width for d in key) or not 0 <= target < target_width:
-                    raise ValueError("id out of range")
-                k = tuple(int(d) for d in key)
-                cache.observe(k, int(target))
-                e = cache._entries.get(k)
-                if e is not None:
-                    e[1], e[2], e[3] = int(seen), int(hits), int(last)
-                    cache._push(k, e)
-        except (TypeError, ValueError) as exc:
-            raise CacheFileError(f"n-gram cache {path} has a malformed entry ({exc}); {hint}") from None
-        cache.clock = max(int(doc.get("clock", 0)), cache.clock)
-        return cache
+        from omnidraft.runtime import ngram_cache_file
+
+        return ngram_cache_file.load(
+            Path(path), drafter_tokenizer, target_tokenizer, drafter_width, target_width, capacity, policy
+        )

@@ -10,13 +10,18 @@ import numpy as np
 
 
 def softmax(logits: np.ndarray, temperature: float, mask: np.ndarray | None = None) -> np.ndarray:
-    """float64 distribution of ``logits / temperature``; tokens outside ``mask`` get probability 0."""
-    z = logits.astype(np.float64) / temperature
+    """float64 distribution of ``logits / temperature``; tokens outside ``mask`` get probability 0.
+    Computed in place in one float64 copy: on a 152k vocabulary each extra temporary cost as much as
+    the arithmetic (2-3x slower), with bit-identical results."""
+    z = logits.astype(np.float64)
+    if temperature != 1.0:
+        z /= temperature
     if mask is not None:
-        z = np.where(mask[: z.shape[-1]], z, -np.inf)
+        np.putmask(z, ~mask[: z.shape[-1]], -np.inf)
     z -= z.max()
-    p = np.exp(z)
-    return p / p.sum()
+    np.exp(z, out=z)
+    z /= z.sum()
+    return z
 
 
 def masked_argmax(logits: np.ndarray, mask: np.ndarray | None = None) -> int:

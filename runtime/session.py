@@ -5,9 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from omnidraft.atomic import check_writable
 from omnidraft.runtime.backends.base import DRAFTER_THREADS
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.ngram_cache import NgramCache
+from omnidraft.runtime.ngram_cache_file import open_shared
 from omnidraft.runtime.speculative import SpeculativeDecoder
 
 
@@ -19,6 +21,8 @@ def open_pair(
     policy: str = "lfu",
     accept_head: Path | None = None,
 ) -> SpeculativeDecoder:
+    if cache_path is not None and drafter is not None:
+        check_writable(cache_path)  # a cache that could not be saved is refused before any decoding
     drf = None if drafter is None else load_model(drafter, accept_head=accept_head, threads=DRAFTER_THREADS)
     # The target's pool may spin while a one-thread ONNX Runtime drafter (or nothing) runs beside it.
     tgt = load_model(target, spin=drf is None or drf.source == "onnx")
@@ -32,8 +36,8 @@ def open_pair(
             file=sys.stderr,
         )
     args = (drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size)
-    if cache_path is not None and Path(cache_path).is_file():
-        cache = NgramCache.load(cache_path, *args, tgt.backend.vocab_size, capacity=cache_capacity, policy=policy)
+    if cache_path is not None:
+        cache = open_shared(Path(cache_path), *args, tgt.backend.vocab_size, capacity=cache_capacity, policy=policy)
     else:
         cache = NgramCache(*args, capacity=cache_capacity, policy=policy)
     return SpeculativeDecoder(tgt, drf, cache)

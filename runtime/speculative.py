@@ -9,6 +9,7 @@ numpy and the runtime's own small modules, nothing else.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import numpy as np
 from omnidraft.errors import ContextOverflow, InvalidArgument
 from omnidraft.runtime.accept_head import NO_HEAD_FIX, log_sigmoid, may_stop, rejection_prob, validate_adaptive
 from omnidraft.runtime.backends.base import has_accept_head, last_row, last_row_accept
+from omnidraft.runtime.exact_proposal import FED_LOGIT, ExactNgrams, exact_ngrams
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.sampling import draw, masked_argmax, residual, softmax
@@ -30,8 +32,13 @@ from omnidraft.runtime.translate import (
     translate,
 )
 from omnidraft.runtime.vocab import VocabMap, build_vocab_map
+from omnidraft.validate import check_text
 
 MODES = ("ngram", "dm", "target-only")
+# Sampling with merged n-grams: "exact" proposes only what it can score (runtime/exact_proposal.py);
+# "paper" merges every cached n-gram with Eq. 1-2, approximately (tests/test_exact_sampling.py
+# measures its gap on an adversarial n-gram).
+NGRAM_SAMPLING = ("exact", "paper")
 
 
 @dataclass
@@ -48,11 +55,16 @@ class DecodeConfig:
     speculate: bool = True  # False: plain target steps (runtime.gamma turns drafting off where it loses)
     # auto: logit offsets per drafted token, learned online from past verifications (runtime.accept_online)
     accept_offsets: dict[int, float] | None = None
+    ngram_sampling: str = "exact"  # temperature > 0, ngram mode: "exact" | "paper" (NGRAM_SAMPLING)
 
     @property
     def uses_splits(self) -> bool:
         # Sampling needs q' for every proposed target token (Eq. 1-2), which a split does not define.
         return self.splits and self.mode == "ngram" and self.temperature == 0
+
+    @property
+    def exact_ngrams(self) -> bool:
+        return self.mode == "ngram" and self.temperature > 0 and self.ngram_sampling == "exact"
 
     @property
     def adaptive(self) -> bool:
@@ -65,8 +77,16 @@ class DecodeConfig:
     def validate(self) -> None:
         if self.mode not in MODES:
             raise InvalidArgument(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        if self.temperature < 0:
-            raise InvalidArgument(f"temperature must be >= 0 (got {self.temperature}); use 0 for greedy decoding")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
+            raise InvalidArgument(
+                f"temperature must be >= 0 and finite (got {self.temperature}); use 0 for greedy decoding"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InvalidArgument(f"seed must be an integer >= 0 (got {self.seed})")
+        if self.ngram_sampling not in NGRAM_SAMPLING:
+            raise InvalidArgument(
+                f"unknown n-gram sampling rule {self.ngram_sampling!r}; choose one of {', '.join(NGRAM_SAMPLING)}"
+            )
         validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
         if self.max_new_tokens < 1:
             raise InvalidArgument(f"max new tokens must be >= 1 (got {self.max_new_tokens})")
@@ -136,6 +156,15 @@ class SpeculativeDecoder:
             )
         self._mask_key: tuple | None = None
         self._mask: np.ndarray | None = None
+        self._exact_key: int | None = None
+        self._exact: ExactNgrams | None = None
+
+    def _exact_ngrams(self) -> ExactNgrams:
+        """The exact-sampling proposal map of the cache as it is now (rebuilt when its keys change)."""
+        key = self.cache.version if self.cache is not None else -1
+        if key != self._exact_key:
+            self._exact, self._exact_key = exact_ngrams(self.vocab, self.cache), key
+        return self._exact
 
     def _draft_mask(self, mode: str, splits: bool = False) -> np.ndarray:
         """Drafter tokens that can be translated: the direct map, plus n-gram sub-tokens in ngram mode,
@@ -164,6 +193,7 @@ class SpeculativeDecoder:
         cfg.validate()
         if not prompt:
             raise InvalidArgument("the prompt is empty; pass some text with --prompt")
+        check_text(prompt, what="the prompt", fix="pass UTF-8 text with --prompt")
         tgt = self.target
         ctx_p = list(tgt.codec.start_ids) + tgt.codec.encode(prompt)
         need = len(ctx_p) + cfg.max_new_tokens + cfg.k_max + 1
@@ -296,6 +326,9 @@ class _Run:
             #    tail can no longer become an n-gram); the product over those drafter tokens is then the
             #    product over the merged target tokens.
             mask = dec._draft_mask(cfg.mode, cfg.uses_splits)
+            exact = dec._exact_ngrams() if cfg.exact_ngrams else None
+            if exact is not None:  # each sampled drafter token stands for one target token (exact q')
+                mask, tr = exact.mask, Translation()
             offsets = cfg.accept_offsets or {}
             ids_q = dctx.ids
             k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
@@ -303,6 +336,8 @@ class _Run:
             t0 = t_call = time.perf_counter()
             call_seconds = []  # per drafter call: the gamma controller replays shorter drafts from these
             for _ in range(k):
+                if drf.cached_len + len(feed) > drf.max_seq_len:
+                    break  # a fed n-gram tail filled the drafter's cache
                 if cfg.adaptive:
                     logits, z = last_row_accept(drf, feed, drf.cached_len)
                 else:
@@ -319,6 +354,14 @@ class _Run:
                     acc_p.append(z + drf.accept_bias(d) + offsets.get(d, 0.0))
                     log_acc += log_sigmoid(acc_p[-1])
                 feed = [d]
+                if exact is not None:
+                    rest = exact.rest(d)
+                    tr.target_ids.append(int(vocab.d2t[d]) if vocab.d2t[d] >= 0 else exact.target[d])
+                    tr.spans.append((len(draft) - 1, len(draft) + len(rest)))
+                    tr.keys.append(exact.key.get(d))
+                    draft += rest
+                    feed += rest
+                    acc_p += [FED_LOGIT] * (len(rest) if cfg.adaptive else 0)
                 t_next = time.perf_counter()
                 call_seconds.append(t_next - t_call)
                 t_call = t_next
@@ -327,7 +370,9 @@ class _Run:
                     and len(draft) < k
                     and rejection_prob(log_acc) > cfg.gamma
                     and may_stop(
-                        translate(draft, vocab, cache, cfg.uses_splits).spans, len(draft), cache.max_len if cache else 1
+                        (tr if exact is not None else translate(draft, vocab, cache, cfg.uses_splits)).spans,
+                        len(draft),
+                        cache.max_len if cache else 1,
                     )
                 ):
                     break
@@ -337,7 +382,8 @@ class _Run:
             #    split. A split can yield many more target tokens than K: propose no more than the
             #    budget and the target's KV cache can take (without splits, m <= K always fits). A
             #    tighter cap (8 tokens) cost adapted code 10 % decode speed: long runs are mostly accepted.
-            tr = translate(draft, vocab, cache, cfg.uses_splits)
+            if exact is None:
+                tr = translate(draft, vocab, cache, cfg.uses_splits)
             if cfg.uses_splits:
                 room = max(
                     0,
@@ -361,12 +407,20 @@ class _Run:
                 else:
                     p = softmax(rows[j], cfg.temperature)
                     uniforms.append(self.rng.random())
-                    ok = uniforms[-1] * proposal_prob(j, tr, draft, q_rows, vocab) < p[t]
+                    q_t = (
+                        exact.prob(vocab, q_rows[j], t)
+                        if exact is not None
+                        else proposal_prob(j, tr, draft, q_rows, vocab)
+                    )
+                    ok = uniforms[-1] * q_t < p[t]
                 if not ok:
                     break
                 j += 1
             if j < m and not self.greedy:
-                q_full = q_prime_full(j, tr, draft, q_rows, vocab, rows.shape[-1])
+                if exact is not None:
+                    q_full = exact.lift(vocab, q_rows[j], rows.shape[-1])
+                else:
+                    q_full = q_prime_full(j, tr, draft, q_rows, vocab, rows.shape[-1])
                 uniforms.append(self.rng.random())
                 extra = draw(residual(p, q_full), uniforms[-1])
             else:
@@ -402,7 +456,7 @@ class _Run:
                 added = harvest_ngrams(window, spans, vocab, cache)
                 st.ngram_added += added
             # Crop the drafter's cache to the common prefix of what it saw and the new context.
-            seen, now = ids_q + draft[:-1], dctx.ids
+            seen, now = ids_q + draft[: len(draft) - len(feed)], dctx.ids  # `feed` was drafted, never fed
             lcp = 0
             limit = min(drf.cached_len, len(now) - 1)
             while lcp < limit and seen[lcp] == now[lcp]:

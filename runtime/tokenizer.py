@@ -11,7 +11,6 @@ to the first word of the input).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -19,11 +18,13 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from omnidraft.errors import TokenizerError
+from omnidraft.validate import MiB, check_tree, parse_json, read_bytes
 
 SPM_SPACE = "\u2581"
 # A newline is a byte-fallback token in SentencePiece vocabularies and no merge crosses it, so text
 # encoded after it tokenizes as it would mid-document (see TokenCodec.encode_continuation).
 _ANCHOR = "\n"
+MAX_TOKENIZER_BYTES = 256 * MiB  # the largest real ones (Gemma 3's 262k tokens) are ~33 MiB
 
 
 @lru_cache(maxsize=1)
@@ -155,12 +156,17 @@ def _special_id(tok: Tokenizer, names: tuple[str, ...]) -> int | None:
 @lru_cache(maxsize=16)
 def _load_cached(path: str, mtime_ns: int) -> TokenCodec:
     p = Path(path)
-    raw = p.read_bytes()
+    fix = "re-copy it from the model's source"
+    raw = read_bytes(p, error=TokenizerError, what="tokenizer", fix=fix, limit=MAX_TOKENIZER_BYTES)
+    spec = parse_json(raw, error=TokenizerError, where=f"tokenizer {p}", fix=fix, depth=None)
+    if not isinstance(spec, dict):
+        raise TokenizerError(f"{p} is not a tokenizer.json (no JSON object); {fix}")
+    for part in ("pre_tokenizer", "decoder"):  # walked recursively below
+        check_tree(spec.get(part), error=TokenizerError, where=f"{p} ({part})", fix=fix)
     try:
-        spec = json.loads(raw)
         tok = Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # tokenizers raises a bare Exception on malformed files
-        raise TokenizerError(f"{p} is not a valid tokenizer.json ({exc}); re-copy it from the model's source") from None
+        raise TokenizerError(f"{p} is not a valid tokenizer.json ({exc}); {fix}") from None
     table, special, fallback, kind = _token_bytes_table(tok, spec)
     probe = tok.encode("x", add_special_tokens=False).ids
     prepends = b"".join(table[i] for i in probe) == b" x"

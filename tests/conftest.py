@@ -32,3 +32,26 @@ def tokenizer_path() -> Callable[[str], Path]:
     """Function name -> folder with tokenizer.json, converting only the vocabulary asked for
     (cheaper than real_tokenizer_dirs when a test needs just llama-spm or gpt-2)."""
     return gguf_tokenizers.get_tokenizer_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory, tokenizer_path) -> tuple[Path, Path]:
+    """(model folder, its fp32 ONNX export): a tiny random Llama over the llama-spm vocabulary."""
+    from tiny_models import make_tiny_model
+
+    from omnidraft.export.pipeline import export_model
+
+    root = tmp_path_factory.mktemp("tiny-export")
+    model = make_tiny_model(root / "m", "llama", tokenizer_path("llama-spm"), seed=3, max_pos=128)
+    return model, export_model(model, "onnx", "fp32", 64, root / "export", progress=False, onnx_path="torch").out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory, tokenizer_path) -> tuple[Path, Path]:
+    """(drafter, target) tiny random models over real vocabularies: Llama/llama-spm and Qwen2/gpt-2."""
+    from tiny_models import make_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny-pair")
+    d = make_tiny_model(root / "drafter", "llama", tokenizer_path("llama-spm"), seed=1)
+    t = make_tiny_model(root / "target", "qwen2", tokenizer_path("gpt-2"), seed=2, max_pos=128)
+    return d, t

@@ -92,7 +92,7 @@ def test_merged_drafter_gives_the_unmerged_logits(pair, tmp_path):
     merged = load_model(out)
     got = merged.backend.forward(IDS[0], 0)
     want = _logits(model).numpy()
-    assert np.abs(got - want).max() < 1e-5
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())  # fp32 rounding of merged weights
     assert np.abs(want - _logits(_lora_model(d, seed=3).get_base_model()).numpy()).max() > 1e-2  # the delta matters
     assert (out / "tokenizer.json").read_bytes() == (d / "tokenizer.json").read_bytes()
     # Merging worked on a copy: the live model still carries its LoRA layers and the same outputs.
@@ -122,6 +122,8 @@ _CHILD = textwrap.dedent("""
         st.save_file = slow_save
         delta.save_adapter(model, final, ident)
     elif what.name == "rename":  # crash between moving the old folder aside and moving the new one in
+        from omnidraft import atomic
+        atomic._exchange = lambda a, b: False  # the two-rename swap of filesystems without renameat2
         real = os.rename
         def slow_rename(a, b):
             real(a, b)

@@ -180,7 +180,9 @@ def test_eval_per_draft_len_matches_the_run_eval(pair, tmp_path, monkeypatch):
     d, t, stream = pair
     real = run_mod.load_prompts
     monkeypatch.setattr(
-        run_mod, "load_prompts", lambda s, split, limit: PROMPTS[:3] if split == "test" else real(s, split, limit)
+        run_mod,
+        "load_prompts",
+        lambda s, split, limit, **kw: PROMPTS[:3] if split == "test" else real(s, split, limit, **kw),
     )
     rep = run_mod.adapt_stream(
         d,

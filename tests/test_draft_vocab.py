@@ -193,5 +193,6 @@ def test_a_malformed_kept_list_is_refused(pair, tmp_path):
     for bad in (kept[::-1], kept[:-1], [-1] + kept[1:]):
         data["draft_vocab"]["kept"] = bad
         (d / "manifest.json").write_text(json.dumps(data))
-        with pytest.raises(ManifestError, match="malformed draft_vocab.*re-export the drafter"):
+        # The manifest's own checks refuse a short or out-of-range list, the backend an unsorted one.
+        with pytest.raises(ManifestError, match="draft_vocab.*re-export"):
             load_model(d)

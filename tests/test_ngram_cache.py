@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omnidraft.errors import CacheFileError, InvalidArgument
+from omnidraft.errors import CacheFileError, InvalidArgument, OutputError
 from omnidraft.runtime.ngram_cache import NgramCache
 
 W = 100  # drafter width
@@ -74,7 +74,7 @@ def test_foreign_and_corrupted_files_are_refused(tmp_path):
     with pytest.raises(CacheFileError, match="corrupted"):
         NgramCache.load(path, "d" * 64, "t" * 64, W, T)
     path.write_bytes(b'{"format": "omnidraft.ngram')  # truncated
-    with pytest.raises(CacheFileError, match="not JSON"):
+    with pytest.raises(CacheFileError, match="not valid JSON"):
         NgramCache.load(path, "d" * 64, "t" * 64, W, T)
     bad = make()
     bad._entries[(W + 5,)] = [1, 1, 0, 1]  # id outside this drafter's vocabulary
@@ -95,7 +95,7 @@ def test_a_crash_during_save_keeps_the_previous_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="disk full"):
         c.save(path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["c.json"]  # no temp file left behind

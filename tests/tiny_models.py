@@ -11,9 +11,17 @@ ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma3": "Gem
 
 
 def make_tiny_model(
-    folder: Path, arch: str, tokenizer_dir: Path, seed: int = 0, hidden: int = 32, layers: int = 2, max_pos: int = 512
+    folder: Path,
+    arch: str,
+    tokenizer_dir: Path,
+    seed: int = 0,
+    hidden: int = 32,
+    layers: int = 2,
+    max_pos: int = 512,
+    pad_rows: int = 0,
 ) -> Path:
-    """Save a random-weight model whose vocabulary matches ``tokenizer_dir`` (cached if present)."""
+    """Save a random-weight model whose vocabulary matches ``tokenizer_dir`` (cached if present);
+    ``pad_rows`` widens its embedding past the tokenizer, as real models pad it to a round size."""
     folder = Path(folder)
     if (folder / "model.safetensors").is_file():
         return folder
@@ -25,7 +33,7 @@ def make_tiny_model(
     codec = load_codec(tokenizer_dir)
     eos = sorted(codec.eos_ids)[0] if codec.eos_ids else 0
     common = dict(
-        vocab_size=codec.vocab_size,
+        vocab_size=codec.vocab_size + pad_rows,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,

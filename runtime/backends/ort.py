@@ -130,7 +130,14 @@ class OrtBackend:
         return self._rows(out[0][0, -1:])[0], float(out[-1][0, -1])
 
     def _rows(self, logits: np.ndarray) -> np.ndarray:
-        return logits if self._widen is None else self._widen(logits)
+        if self._widen is not None:
+            return self._widen(logits)
+        if logits.shape[-1] != self.vocab_size:  # a manifest whose vocab_size is not the graph's
+            raise ManifestError(
+                f"{self.export_dir}/manifest.json says vocab_size {self.vocab_size} but the graph returns "
+                f"{logits.shape[-1]} logits a row; re-export with `{self.manifest.export_command}`"
+            )
+        return logits
 
     def forward_with_accept(self, token_ids: Sequence[int], start_pos: int) -> tuple[np.ndarray, np.ndarray]:
         """Logits and the in-graph acceptance head's logits (see base.py)."""
