@@ -201,7 +201,9 @@ def _big_cache(path, drafter: str, size: int) -> None:
 
 
 @pytest.mark.parametrize("pair", ["foreign", "own"])
-def test_a_200_mb_cache_is_refused_in_under_a_second_with_bounded_memory(tmp_path, pair):
+def test_a_200_mb_cache_is_refused_with_bounded_memory(tmp_path, pair):
+    """Refused from its header or its size, never parsed: under 1 MiB allocated for a 200 MiB file.
+    (The time it takes is a benchmark figure, printed here, not asserted.)"""
     path = tmp_path / "big.json"
     _big_cache(path, "x" * 64 if pair == "foreign" else D, 200 << 20)
     assert path.stat().st_size >= 200 << 20
@@ -217,7 +219,7 @@ def test_a_200_mb_cache_is_refused_in_under_a_second_with_bounded_memory(tmp_pat
     finally:
         tracemalloc.stop()
     print(f"{pair} 200 MiB cache refused in {seconds * 1e3:.1f} ms, peak {peak / 2**10:.0f} KiB allocated")
-    assert seconds < 1.0 and peak < 1 << 20
+    assert peak < 1 << 20
 
 
 def test_a_cache_that_would_outgrow_the_file_limit_is_not_written(tmp_path, monkeypatch):
