@@ -46,7 +46,7 @@ METHODS = (
     "hybrid+lora",
     "hybrid+adaptive",
 )
-PEER_GROUPS = ("hf", "torch", "ort", "executorch")
+PEER_GROUPS = ("hf", "torch", "ort", "executorch", "llama.cpp")
 
 
 @dataclass
@@ -284,6 +284,7 @@ class Bench:
         self.engines: dict[str, Engine] = {}
         self.streams: list[_Stream] = []
         self.hf = None  # HFPeers, loaded when the peers section first needs it
+        self.llamacpp = None  # LlamaCppPeers, likewise
         self.adapted: dict = {}  # (stream, method) -> adaptation pass results (bench/adapted.py)
         self.warm_prompt = ""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from omnidraft.bench import llamacpp_peer
 from omnidraft.bench.engine import interleave
 from omnidraft.bench.peers import PROMPT_LOOKUP_TOKENS, HFPeers, uag_configs
 from omnidraft.errors import OmnidraftError
@@ -123,6 +124,13 @@ def run_peers(bench: Bench, st: _Stream) -> None:
         jobs.append(
             bench.hf.job("hf-prompt-lookup", {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}, ids, s.max_new_tokens)
         )
+    llama = _llamacpp_jobs(bench, st) if "llama.cpp" in s.peers else []
+    if llama is None:  # not installed or no GGUF: the rows say why
+        failed += [
+            _missing(st.name, n, llamacpp_peer.unavailable_reason(bench.pair.target)) for n in llamacpp_peer.PEER_NAMES
+        ]
+        llama = []
+    jobs += llama
     bench.report["peers"].extend(failed)
     if not jobs:
         return
@@ -161,6 +169,17 @@ def run_peers(bench: Bench, st: _Stream) -> None:
                 else None,
             )
         )
+    if llama:
+        # Same vocabulary (the GGUF's own), same prompt ids: llama.cpp's greedy tokens compare with ours.
+        own_ref = next((runs[f"omnidraft-{b} target-only"] for b in own), None) or hf_base
+        ref_name = f"omnidraft {own[0]} target-only" if own else "hf-target-only"
+        for job in llama:
+            run = runs[job.name]
+            peers.append(
+                _peer(
+                    st.name, job.name, run, hf_base, own_ref.outputs if own_ref else None, ref_name, config=run.config
+                )
+            )
     if hf_base is not None:
         tried = [runs[n] for n in uag]
         best = max(tried, key=lambda r: r.tokens_per_s)
@@ -180,3 +199,29 @@ def run_peers(bench: Bench, st: _Stream) -> None:
         peers.append(
             _peer(st.name, "hf-prompt-lookup", pl, hf_base, hf_base.outputs, "hf-target-only", config=pl.config)
         )
+
+
+def _missing(stream: str, name: str, why: str) -> dict:
+    return {
+        "stream": stream,
+        "name": name,
+        "status": why,
+        "tokens_per_s": None,
+        "speedup_vs_hf_target_only": None,
+        "outputs_match_target_only": None,
+    }
+
+
+def _llamacpp_jobs(bench: Bench, st: _Stream) -> list | None:
+    """llama.cpp's target-only and prompt-lookup rows on the target's own GGUF file, fed the same
+    prompt ids as every other row; None when llama-cpp-python or the GGUF file is missing."""
+    if llamacpp_peer.unavailable_reason(bench.pair.target) is not None:
+        return None
+    s = bench.s
+    tgt = bench.engine(s.backend).target
+    if bench.llamacpp is None:
+        bench.llamacpp = llamacpp_peer.LlamaCppPeers(
+            bench.pair.target, tgt.eos_ids, threads=s.threads or 1, n_ctx=s.max_seq_len
+        )
+    ids = [list(tgt.codec.start_ids) + tgt.codec.encode(p) for p in st.prompts]
+    return [bench.llamacpp.job(name, ids, s.max_new_tokens) for name in llamacpp_peer.PEER_NAMES]

@@ -61,7 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="train prompts the hybrid+adaptive row's controller is tuned on "
         "before its timed run (default 16; 0 starts it untuned)",
     )
-    p.add_argument("--peers", help="comma-separated from hf, torch, ort, executorch, or 'none'")
+    p.add_argument(
+        "--peers",
+        help="comma-separated from hf, torch, ort, executorch, llama.cpp (the target's GGUF through "
+        "llama-cpp-python, extra `peers`), or 'none'",
+    )
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
     p.add_argument(
         "--no-splits",

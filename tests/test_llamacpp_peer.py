@@ -1,0 +1,75 @@
+"""The llama.cpp bench peer: rows that say why when llama-cpp-python or the GGUF file is missing, and
+the generation loop (prompt ids in, greedy settings, stop at EOS or the token budget) against a stand-in
+for llama_cpp, so the wiring is tested without building llama.cpp."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+from omnidraft.bench import llamacpp_peer, peer_section
+from omnidraft.bench.engine import interleave
+
+
+def _bench(target: Path) -> SimpleNamespace:
+    return SimpleNamespace(
+        s=SimpleNamespace(peers=("llama.cpp",), threads=1, max_seq_len=64, max_new_tokens=5, backend="ort"),
+        pair=SimpleNamespace(target=target),
+        report={"rows": [], "peers": []},
+        llamacpp=None,
+    )
+
+
+def test_rows_say_why_llama_cpp_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if not installed
+    bench = _bench(tmp_path)
+    peer_section.run_peers(bench, SimpleNamespace(name="code", prompts=["def f():"]))
+    rows = bench.report["peers"]
+    assert [r["name"] for r in rows] == list(llamacpp_peer.PEER_NAMES)
+    assert all(r["status"].startswith("not installed") and r["tokens_per_s"] is None for r in rows)
+
+
+def test_a_target_without_its_gguf_is_named(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))
+    monkeypatch.setattr(llamacpp_peer.importlib.util, "find_spec", lambda name: object())
+    why = llamacpp_peer.unavailable_reason(tmp_path)
+    assert why is not None and "no GGUF file" in why and "omnidraft models install" in why
+
+
+class _FakeLlama:
+    """Greedy 'model': each next token is the last one plus one; records how it was called."""
+
+    made: list[dict] = []
+
+    def __init__(self, **kw) -> None:
+        _FakeLlama.made.append(kw)
+
+    def generate(self, ids, **kw):
+        assert kw["temp"] == 0.0 and kw["top_k"] == 1 and kw["repeat_penalty"] == 1.0 and kw["reset"]
+        t = ids[-1]
+        while True:
+            t += 1
+            yield t
+
+
+def test_jobs_feed_the_prompt_ids_and_stop_at_eos_or_the_budget(tmp_path, monkeypatch):
+    fake = types.ModuleType("llama_cpp")
+    fake.Llama = _FakeLlama
+    spec = types.ModuleType("llama_cpp.llama_speculative")
+    spec.LlamaPromptLookupDecoding = lambda num_pred_tokens: ("lookup", num_pred_tokens)
+    monkeypatch.setitem(sys.modules, "llama_cpp", fake)
+    monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", spec)
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    _FakeLlama.made.clear()
+    peers = llamacpp_peer.LlamaCppPeers(tmp_path, frozenset({13}), threads=2, n_ctx=64)
+    jobs = [peers.job(name, [[1, 2, 3], [20]], max_new_tokens=5) for name in llamacpp_peer.PEER_NAMES]
+    runs = interleave(jobs, 2, "test", progress=False)
+    for name in llamacpp_peer.PEER_NAMES:
+        assert runs[name].outputs == [[4, 5, 6, 7, 8], [21, 22, 23, 24, 25]]
+    assert peers.generate(llamacpp_peer.PEER_NAMES[0], [9], 10) == [10, 11, 12, 13]  # EOS 13 ends it
+    made = {bool(kw["draft_model"]): kw for kw in _FakeLlama.made}
+    assert made[True]["draft_model"] == ("lookup", llamacpp_peer.PROMPT_LOOKUP_TOKENS)
+    assert all(kw["n_threads"] == kw["n_threads_batch"] == 2 and kw["n_ctx"] == 64 for kw in made.values())
+    assert all(kw["model_path"].endswith("m.gguf") for kw in made.values())
