@@ -303,6 +303,7 @@ def build_genai(
             quant,
             embedding_bits=bits["embedding"] if bits["embedding"] < 32 else 0,
             head_bits=bits["lm_head"] if bits["lm_head"] < 32 else None,
+            grid="rtn" if wide_ends else "ort",  # the builder's RTN quantizer (genai_weights.builder_options)
         )
         ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
         bar = quality.parity_bar(qual, threshold)

@@ -128,25 +128,36 @@ def ort_quantize(src: Path, dst: Path, quant: str) -> None:
         root.setLevel(saved)
 
 
-def _fq_block(w: torch.Tensor, bits: int, block: int = GROUP_SIZE) -> torch.Tensor:
-    """MatMulNBits / GatherBlockQuantized symmetric quantization: blocks of ``block`` along dim 1, the
-    signed absolute maximum maps to -2^(bits-1)."""
+def _fq_block(w: torch.Tensor, bits: int, block: int = GROUP_SIZE, *, grid: str = "ort") -> torch.Tensor:
+    """Symmetric block quantization along dim 1 in blocks of ``block``. ``grid="ort"``: MatMulNBits /
+    GatherBlockQuantized's default quantizer, the signed absolute maximum maps to -2^(bits-1).
+    ``grid="rtn"``: the RTN quantizer the builder runs with ``algo_config=rtn`` (neural-compressor's
+    ``quant_tensor``), a step of 2 * max|w| / (2^bits - 1), codes clipped to the signed range."""
     rows, cols = w.shape
     lo = -(1 << (bits - 1))
     pad = (-cols) % block
     wp = torch.nn.functional.pad(w, (0, pad)).reshape(rows, -1, block)
-    mx = torch.gather(wp, -1, wp.abs().argmax(-1, keepdim=True))
-    s = mx / lo
+    if grid == "rtn":  # in float64 as that quantizer computes: the block maximum sits on a rounding tie
+        wp = wp.double()
+        s = wp.abs().amax(-1, keepdim=True) * 2.0 / ((1 << bits) - 1)
+    else:
+        s = torch.gather(wp, -1, wp.abs().argmax(-1, keepdim=True)) / lo
     s = torch.where(s == 0, torch.ones_like(s), s)
-    return ((wp / s).round().clamp(lo, -lo - 1) * s).reshape(rows, -1)[:, :cols]
+    return ((wp / s).round().clamp(lo, -lo - 1) * s).reshape(rows, -1)[:, :cols].to(w.dtype)
 
 
 def ort_reference(
-    model: torch.nn.Module, quant: str, *, embedding_bits: int | None = None, head_bits: int | None = None
+    model: torch.nn.Module,
+    quant: str,
+    *,
+    embedding_bits: int | None = None,
+    head_bits: int | None = None,
+    grid: str = "ort",
 ) -> torch.nn.Module:
     """An eager copy computing what the ORT-quantized graph computes, up to kernel rounding. Linear
     weights take ``quant``'s bits, the LM head ``head_bits`` (default: the same), the embedding table
-    ``embedding_bits`` (default: 4 for int4, as ``ort_quantize`` does, else left in fp32)."""
+    ``embedding_bits`` (default: 4 for int4, as ``ort_quantize`` does, else left in fp32). ``grid``
+    names the quantizer of the linear weights (``_fq_block``); the embedding is always on ORT's."""
     bits = 8 if quant == "int8" else 4
     head_bits = head_bits or bits
     embedding_bits = embedding_bits if embedding_bits is not None else (4 if quant == "int4" else None)
@@ -156,7 +167,7 @@ def ort_reference(
     with torch.no_grad():
         for m in ref.modules():
             if isinstance(m, torch.nn.Linear):
-                m.weight.copy_(_fq_block(m.weight, head_bits if m is head else bits))
+                m.weight.copy_(_fq_block(m.weight, head_bits if m is head else bits, grid=grid))
         if embedding_bits:
             emb = ref.get_input_embeddings()
             emb.weight.copy_(_fq_block(emb.weight, embedding_bits))
