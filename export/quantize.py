@@ -42,8 +42,16 @@ def _config(bits: int):
 HEAD_NAMES = ("lm_head", "output")  # transformers' and ExecuTorch's Transformer's output layer
 
 
-def torchao_quantize(model: torch.nn.Module, quant: str, *, head_bits: int | None = None) -> list[str]:
-    """Apply 8da4w / 8da8w in place; return the Linear layers left in fp32.
+# Layer groups an 8da4w export may keep at 8 bits where 4 bits fail the quality gate, widest last,
+# with the module-name fragments of each in transformers' models and in ExecuTorch's Transformer.
+WIDE_GROUPS = {"lm_head": HEAD_NAMES, "mlp": ("mlp", "feed_forward"), "attention": ("self_attn", "attention")}
+
+
+def torchao_quantize(
+    model: torch.nn.Module, quant: str, *, head_bits: int | None = None, wide: tuple[str, ...] = ()
+) -> list[str]:
+    """Apply 8da4w / 8da8w in place; return the Linear layers left in fp32. ``wide`` names groups of
+    ``WIDE_GROUPS`` that take 8-bit weights under a 4-bit body (``head_bits=8`` is ``wide=("lm_head",)``).
 
     Only Int8DynamicActivationIntxWeightConfig is used: XNNPACK runs it natively, whereas
     IntxWeightOnlyConfig lowers to garbage logits on XNNPACK (see shared notes). A 4-bit group
@@ -62,14 +70,23 @@ def torchao_quantize(model: torch.nn.Module, quant: str, *, head_bits: int | Non
         if isinstance(m, torch.nn.Linear) and bits == 4 and m.in_features % GROUP_SIZE
     ]
 
-    def body(m: torch.nn.Module, fqn: str) -> bool:
-        return isinstance(m, torch.nn.Linear) and fqn not in skipped and fqn not in HEAD_NAMES
+    if head_bits == 8 and bits == 4:
+        wide = ("lm_head", *wide)
 
-    def head(m: torch.nn.Module, fqn: str) -> bool:
-        return isinstance(m, torch.nn.Linear) and fqn not in skipped and fqn in HEAD_NAMES
+    def widened(fqn: str) -> bool:
+        if fqn in HEAD_NAMES:
+            return "lm_head" in wide
+        parts = fqn.split(".")
+        return any(frag in parts for g in wide if g != "lm_head" for frag in WIDE_GROUPS[g])
 
-    quantize_(model, _config(bits), filter_fn=body)
-    quantize_(model, _config(head_bits), filter_fn=head)
+    def narrow(m: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(m, torch.nn.Linear) and fqn not in skipped and not widened(fqn)
+
+    def wide_linear(m: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(m, torch.nn.Linear) and fqn not in skipped and widened(fqn)
+
+    quantize_(model, _config(bits), filter_fn=narrow)
+    quantize_(model, _config(8), filter_fn=wide_linear)
     return skipped
 
 

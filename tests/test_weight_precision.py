@@ -81,6 +81,35 @@ def test_torchao_keeps_the_head_at_8_bits_when_asked(tiny):
     assert plain.lm_head.weight.target_dtype == torch.int4
 
 
+def test_wide_groups_take_8_bits_under_a_4_bit_body(tiny):
+    from transformers import AutoModelForCausalLM
+
+    from omnidraft.export.quantize import torchao_quantize
+
+    m = AutoModelForCausalLM.from_pretrained(tiny).eval()
+    torchao_quantize(m, "8da4w", wide=("lm_head", "mlp"))
+    layer = m.model.layers[0]
+    assert layer.mlp.down_proj.weight.target_dtype == layer.mlp.up_proj.weight.target_dtype == torch.int8
+    assert layer.self_attn.q_proj.weight.target_dtype == torch.int4
+    assert m.lm_head.weight.target_dtype == torch.int8
+
+
+def test_8da4w_widens_one_layer_group_at_a_time_until_the_gate_passes(tiny, tmp_path, monkeypatch, capsys):
+    widths = []
+
+    def passes(fig, **kw):  # 4-bit "fails" until the MLP layers are at 8 bits too
+        widths.append(fig)
+        return len(widths) > 2
+
+    monkeypatch.setattr(quality, "passes", passes)
+    export_model(tiny, "executorch", "8da4w", 96, tmp_path / "e", progress=False, et_path="static")
+    parity = json.loads((tmp_path / "e" / "manifest.json").read_text())["parity"]
+    assert parity["weights_bits"] == {"lm_head": 8, "mlp": 8, "attention": 4}
+    err = capsys.readouterr().err
+    assert "quantizing the lm_head layers to 8 bits too" in err and "quantizing the mlp layers" in err
+    assert "quantizing the attention layers" not in err
+
+
 def test_the_quality_gate_applies_only_to_models_that_predict_the_text():
     seqs = [[1, 2, 3, 4, 5, 6]]
     vocab = 100
