@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS
 
-AGGREGATIONS = ("fedavg", "krum")
 FILTERS = ("probe", "krum", "none")
+EXPORTS = ("onnx", "executorch")
 
 
 @dataclass
@@ -35,7 +35,6 @@ class LocalConfig:
 class ServerConfig:
     """Aggregation: FedAvg weighted by verified tokens, after dropping deltas that fail the checks."""
 
-    aggregation: str = "fedavg"
     filter: str = "probe"  # probe: drop a delta that lowers the probe set's agreement; krum: keep Krum's picks
     probe_prompts: int = 4  # per stream, from the train split past every client's shard
     probe_margin: float = 0.01
@@ -57,6 +56,7 @@ class FleetConfig:
     clients: int = 8
     rounds: int = 5
     poisoned: tuple[int, ...] = ()  # partition ids whose deltas are trained on random targets
+    exports: tuple[str, ...] = ()  # formats the final global drafter is re-lowered to: onnx, executorch
     seed: int = 0
     local: LocalConfig = field(default_factory=LocalConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -72,11 +72,12 @@ class FleetConfig:
         bad = [s for s in self.streams if s not in STREAMS]
         if bad:
             raise InvalidArgument(f"unknown stream {bad[0]!r} in --streams; use some of {','.join(STREAMS)}")
+        bad = [f for f in self.exports if f not in EXPORTS]
+        if bad:
+            raise InvalidArgument(f"unknown --export format {bad[0]!r}; use {', '.join(EXPORTS)}")
         out = [p for p in self.poisoned if not 0 <= p < self.clients]
         if out:
             raise InvalidArgument(f"--poison-clients {out[0]} is not a client id in 0..{self.clients - 1}")
-        if self.server.aggregation not in AGGREGATIONS:
-            raise InvalidArgument(f"unknown --aggregation {self.server.aggregation!r}; use {', '.join(AGGREGATIONS)}")
         if self.server.filter not in FILTERS:
             raise InvalidArgument(f"unknown --filter {self.server.filter!r}; use {', '.join(FILTERS)}")
         for section in (self.local, self.server, self.eval):
@@ -98,6 +99,8 @@ class FleetConfig:
                 raise InvalidArgument(f"--{name} must be >= 1 (got {v})")
         if not self.local.lr > 0:
             raise InvalidArgument(f"--lr must be > 0 (got {self.local.lr})")
+        if self.eval.greedy_check < 0:
+            raise InvalidArgument(f"--greedy-check must be >= 0 (got {self.eval.greedy_check})")
         if self.server.dp_noise < 0 or self.server.probe_margin < 0 or self.server.timeout_s <= 0:
             raise InvalidArgument("--dp-noise and --probe-margin must be >= 0, --timeout > 0")
         return self
@@ -114,6 +117,7 @@ class FleetConfig:
                     **d,
                     "streams": tuple(d["streams"]),
                     "poisoned": tuple(d["poisoned"]),
+                    "exports": tuple(d["exports"]),
                     "local": LocalConfig(**d["local"]),
                     "server": ServerConfig(**d["server"]),
                     "eval": EvalConfig(**d["eval"]),

@@ -231,11 +231,20 @@ def join(*, superlink: str, device_id: int, clients: int, port: int = 9094) -> i
         "--node-config",
         f"partition-id={device_id} num-partitions={clients}",
     ]
-    proc = subprocess.Popen(cmd, env=_env(), start_new_session=True)
+    # Same process group as this command: a Ctrl-C in the terminal reaches the SuperNode too.
+    proc = subprocess.Popen(cmd, env=_env())
+
+    def _terminated(signum, frame):
+        raise SystemExit(128 + signum)  # run the finally below: no SuperNode outlives its join
+
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return proc.wait()
-    except KeyboardInterrupt:
-        stop(proc)
-        raise
     finally:
-        stop(proc)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)

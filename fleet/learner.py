@@ -58,6 +58,7 @@ class Learner:
         # The adapter's own state folder is scratch: what counts leaves in the reply message.
         self._scratch = tempfile.TemporaryDirectory(prefix="omnidraft-fleet-")
         self.ad = OnlineAdapter(self.drafter, self.target, self._scratch.name, self.cfg)
+        self.ad.trainer.fixed_length = True  # one program shape for every round of this process
         self.ident = self.ad.ident
         self.empty_cache = copy.deepcopy(self.ad.decoder.cache)
 

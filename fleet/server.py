@@ -69,6 +69,7 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
     if resumed is None:
         version, adapter = 0, initial
         store.publish(0, adapter, {"round": 0})
+        learner.write_drafter(adapter, store.root / "drafter", {"round": 0, "fleet": True})
         previous = None
     else:
         version, adapter, _ = resumed
@@ -81,6 +82,8 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
         "rounds": [],
     }
     report["rounds"] = [r for r in report["rounds"] if r["round"] <= version]
+    for key in ("seconds", "greedy_identical"):  # a resumed run's totals are measured again at its end
+        report.pop(key, None)
     report["resumed_from"] = version if resumed else None
     untrained = report["untrained"]
     probe_records = learner.probe_records(
@@ -126,7 +129,7 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
             "global_on_unseen_mean": _mean(
                 [_pooled(by_stream, data.unseen_streams(c["client"], cfg.streams)) for c in honest]
             ),
-            "probe_agreement": round(learner.agreement(adapter, probe_records), 4),
+            "probe_agreement": round(learner.agreement(adapter, probe_records), 4) if probe_records else None,
             "bytes_per_client": int(_mean([c["bytes"] for c in clients]) or 0),
             "bytes_down_per_client": sum(int(v.numel() * v.element_size()) for v in adapter.values()),
             "ab_vs_merged": gap,
@@ -146,7 +149,15 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
             f"excluded {entry['excluded_clients'] or 'none'} ({entry['seconds']} s)",
             file=sys.stderr,
         )
-    report["greedy_identical"] = _greedy_check(learner, adapter, tests, cfg.eval.greedy_check)
+    if cfg.exports:  # the final global drafter through the export pipeline (parity gate included)
+        from omnidraft.adapt.delta import export_merged
+
+        report["exports"] = {
+            fmt: str(export_merged(store.root / "drafter", fmt, store.root / f"drafter-{fmt}", 512))
+            for fmt in cfg.exports
+        }
+    if cfg.eval.greedy_check:
+        report["greedy_identical"] = _greedy_check(learner, adapter, tests, cfg.eval.greedy_check)
     report["seconds"] = round(time.perf_counter() - t_start, 1)
     write_report(out, report)
     return report

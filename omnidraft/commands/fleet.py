@@ -23,10 +23,18 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="executorch", help="LoRA gradients: executorch (training program) | eager")
     p.add_argument("--filter", default="probe", help="poisoned-delta filter: probe (server probe set) | krum | none")
     p.add_argument("--probe-margin", type=float, default=0.01)
+    p.add_argument("--probe-prompts", type=int, default=4, help="probe prompts per stream (held-back train prompts)")
     p.add_argument("--dp-noise", type=float, default=0.0, help="Gaussian noise on the aggregate (relative std)")
     p.add_argument("--eval-prompts", type=int, default=4, help="held-out prompts per stream")
+    p.add_argument(
+        "--greedy-check",
+        type=int,
+        default=3,
+        help="held-out prompts per stream decoded target-only and with the final global drafter",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the devices each round")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--export", default="", help="re-lower the final global drafter: onnx and/or executorch")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -64,6 +72,7 @@ def _config(args: argparse.Namespace, poisoned: tuple[int, ...] = ()):
         clients=args.clients,
         rounds=args.rounds,
         poisoned=poisoned,
+        exports=tuple(f.strip() for f in args.export.split(",") if f.strip()),
         seed=args.seed,
         local=LocalConfig(
             prompts_per_round=args.prompts_per_round,
@@ -74,9 +83,13 @@ def _config(args: argparse.Namespace, poisoned: tuple[int, ...] = ()):
             engine=args.engine,
         ),
         server=ServerConfig(
-            filter=args.filter, probe_margin=args.probe_margin, dp_noise=args.dp_noise, timeout_s=args.timeout
+            filter=args.filter,
+            probe_prompts=args.probe_prompts,
+            probe_margin=args.probe_margin,
+            dp_noise=args.dp_noise,
+            timeout_s=args.timeout,
         ),
-        eval=EvalConfig(prompts_per_stream=args.eval_prompts),
+        eval=EvalConfig(prompts_per_stream=args.eval_prompts, greedy_check=args.greedy_check),
     ).validate()
 
 
