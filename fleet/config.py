@@ -37,7 +37,7 @@ class ServerConfig:
 
     filter: str = "probe"  # probe: drop a delta that lowers the probe set's agreement; krum: keep Krum's picks
     probe_prompts: int = 4  # per stream, from the train split past every client's shard
-    probe_margin: float = 0.01
+    probe_margin: float = 0.05  # about 4 of the ~80 probe positions: above the noise of one honest delta
     krum_byzantine: int = 1  # f in Krum's score (n - f - 2 nearest neighbours)
     dp_noise: float = 0.0  # Gaussian noise (std, relative to the aggregate's norm per tensor); 0 = off
     timeout_s: float = 900.0  # a client that has not answered by then is left out of the round

@@ -120,12 +120,12 @@ out = {json.dumps(str(Path(out).resolve()))}
 def serve(cfg: FleetConfig, out: Path, *, address: str = "127.0.0.1", port: int = 9092) -> dict:
     """Start a SuperLink, run the fleet's rounds on whichever SuperNodes join, stop the SuperLink."""
     cfg.validate()
+    if not 1 <= port <= 65535:
+        raise InvalidArgument(f"--port must be in 1..65535 (got {port})")
     require_flower()
     quiet()
     out = Path(out)
     atomic.check_writable(out, folder=True)
-    if not 1 <= port <= 65535:
-        raise InvalidArgument(f"--port must be in 1..65535 (got {port})")
     if not _port_free(address, port):
         raise FleetError(f"{address}:{port} is already in use; pass another --port (devices join with the same one)")
     work = out / "deploy"
@@ -215,12 +215,12 @@ def _final(out: Path) -> dict | None:
 
 def join(*, superlink: str, device_id: int, clients: int, port: int = 9094) -> int:
     """Run this device's SuperNode until it is stopped (Ctrl-C)."""
-    require_flower()
     if clients < 1 or not 0 <= device_id < clients:
         raise InvalidArgument(f"--device-id must be in 0..{clients - 1} (got {device_id}) and --clients >= 1")
     host, _, p = superlink.rpartition(":")
     if not host or not p.isdigit():
         raise InvalidArgument(f"--superlink must be HOST:PORT (got {superlink!r})")
+    require_flower()
     cmd = [
         _bin("flower-supernode"),
         "--insecure",

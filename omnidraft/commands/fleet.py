@@ -22,7 +22,7 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local-steps", type=int, default=4, help="AdamW steps per local update (local epochs)")
     p.add_argument("--engine", default="executorch", help="LoRA gradients: executorch (training program) | eager")
     p.add_argument("--filter", default="probe", help="poisoned-delta filter: probe (server probe set) | krum | none")
-    p.add_argument("--probe-margin", type=float, default=0.01)
+    p.add_argument("--probe-margin", type=float, default=0.05, help="agreement gain that marks a delta as poisoned")
     p.add_argument("--probe-prompts", type=int, default=4, help="probe prompts per stream (held-back train prompts)")
     p.add_argument("--dp-noise", type=float, default=0.0, help="Gaussian noise on the aggregate (relative std)")
     p.add_argument("--eval-prompts", type=int, default=4, help="held-out prompts per stream")
@@ -34,7 +34,9 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the devices each round")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--export", default="", help="re-lower the final global drafter: onnx and/or executorch")
+    p.add_argument(
+        "--export", default="onnx", help="re-lower the final global drafter: onnx and/or executorch, or none"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -44,7 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _fleet_options(sim)
     sim.add_argument("--clients", type=int, default=8)
     sim.add_argument(
-        "--poison-clients", default="", metavar="IDS", help="comma-separated device ids whose deltas are poisoned"
+        "--poison-clients",
+        default="last",
+        metavar="IDS",
+        help="comma-separated device ids whose deltas are poisoned (random targets, scaled by the fleet size); "
+        "default: the last device, so a simulation shows the filter at work; none: an all-honest fleet",
     )
     sim.add_argument("--workers", type=int, help="devices trained at once (default: one per usable CPU)")
     srv = sub.add_parser("serve", help="start a SuperLink on this machine and run the rounds through it")
@@ -72,7 +78,7 @@ def _config(args: argparse.Namespace, poisoned: tuple[int, ...] = ()):
         clients=args.clients,
         rounds=args.rounds,
         poisoned=poisoned,
-        exports=tuple(f.strip() for f in args.export.split(",") if f.strip()),
+        exports=tuple(f.strip() for f in args.export.split(",") if f.strip() and f.strip() != "none"),
         seed=args.seed,
         local=LocalConfig(
             prompts_per_round=args.prompts_per_round,
@@ -93,9 +99,13 @@ def _config(args: argparse.Namespace, poisoned: tuple[int, ...] = ()):
     ).validate()
 
 
-def _ids(text: str) -> tuple[int, ...]:
+def _ids(text: str, clients: int) -> tuple[int, ...]:
     from omnidraft.errors import InvalidArgument
 
+    if text == "none":
+        return ()
+    if text == "last":
+        return (clients - 1,) if clients > 2 else ()  # two devices cannot outvote a poisoned one
     try:
         return tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
     except ValueError:
@@ -118,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
         return join(superlink=args.superlink, device_id=args.device_id, clients=args.clients, port=args.port)
     if args.fleet_command == "simulate":
-        cfg = _config(args, _ids(args.poison_clients))
+        cfg = _config(args, _ids(args.poison_clients, args.clients))
         _check_pair(cfg.pair)
         from omnidraft.fleet.simulate import simulate
 
