@@ -88,7 +88,7 @@ def krum_keep(vectors: list[torch.Tensor], byzantine: int) -> list[int]:
     return sorted(order[: max(1, n - byzantine)])
 
 
-def add_dp_noise(adapter: Adapter, previous: Adapter, std: float, generator: torch.Generator) -> Adapter:
+def add_dp_noise(adapter: Adapter, *, previous: Adapter, std: float, generator: torch.Generator) -> Adapter:
     """Gaussian noise on the round's aggregate change, scaled to each tensor's change norm (a
     utility knob: without per-client clipping this is not a formal DP guarantee)."""
     if std <= 0:

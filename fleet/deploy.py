@@ -231,8 +231,15 @@ def join(*, superlink: str, device_id: int, clients: int, port: int = 9094) -> i
         "--node-config",
         f"partition-id={device_id} num-partitions={clients}",
     ]
+    from omnidraft.models.data import cache_dir
+
+    # Flower logs every message it relays; that goes to a file, the terminal gets one line.
+    log_path = cache_dir().parent / "fleet" / f"supernode-{device_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")  # noqa: SIM115 - closed in the finally below
+    print(f"fleet: device {device_id} joined {superlink} (SuperNode log: {log_path}); Ctrl-C leaves", file=sys.stderr)
     # Same process group as this command: a Ctrl-C in the terminal reaches the SuperNode too.
-    proc = subprocess.Popen(cmd, env=_env())
+    proc = subprocess.Popen(cmd, env=_env(), stdout=log, stderr=subprocess.STDOUT)
 
     def _terminated(signum, frame):
         raise SystemExit(128 + signum)  # run the finally below: no SuperNode outlives its join
@@ -248,3 +255,4 @@ def join(*, superlink: str, device_id: int, clients: int, port: int = 9094) -> i
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        log.close()

@@ -61,6 +61,7 @@ class Learner:
         self.ad.trainer.fixed_length = True  # one program shape for every round of this process
         self.ident = self.ad.ident
         self.empty_cache = copy.deepcopy(self.ad.decoder.cache)
+        self.initial = self.adapter()  # seeded A, B = 0: the untrained drafter, round 0's global adapter
 
     # -- adapters ----------------------------------------------------------------------------
     def adapter(self) -> Adapter:

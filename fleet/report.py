@@ -59,6 +59,10 @@ def plot(report: dict, path: Path) -> Path | None:
     if not rounds:
         return None
     xs = [0] + [r["round"] for r in rounds]
+
+    def series(key: str) -> list[float]:
+        return [float("nan") if r.get(key) is None else r[key] for r in rounds]
+
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.plot(
         xs,
@@ -68,13 +72,13 @@ def plot(report: dict, path: Path) -> Path | None:
     )
     ax.plot(
         [r["round"] for r in rounds],
-        [r["global_on_unseen_mean"] for r in rounds],
+        series("global_on_unseen_mean"),
         "s--",
         label="global, on each client's unseen streams",
     )
     ax.plot(
         [r["round"] for r in rounds],
-        [r["local_unseen_mean"] for r in rounds],
+        series("local_unseen_mean"),
         "^:",
         label="local drafters, on their unseen streams",
     )

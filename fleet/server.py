@@ -62,7 +62,7 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
     learner = learner_for(cfg)
     identity = learner.ident.metadata()
     store = GlobalStore(out / "global", learner.ident, cfg.local.rank)
-    initial = learner.adapter()  # seeded: B = 0, so the untrained drafter itself
+    initial = learner.initial
     tests = data.test_prompts(cfg.streams, cfg.eval.prompts_per_stream, learner.target)
     previous = _read_previous(out)
     resumed = store.latest(initial)
@@ -95,6 +95,7 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
         cfg=cfg.server,
         probe=lambda a: learner.agreement(a, probe_records),
     )
+    published = version
     for rnd in range(version + 1, cfg.rounds + 1):
         t0 = time.perf_counter()
         strategy.current = adapter
@@ -138,9 +139,8 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
         if outcome.adapter is not None:
             store.publish(rnd, adapter, {"round": rnd, "global_acceptance": entry["global_acceptance"]})
             learner.write_drafter(adapter, store.root / "drafter", {"round": rnd, "fleet": True})
-        entry["version"] = (
-            rnd if outcome.adapter is not None else report["rounds"][-1]["version"] if report["rounds"] else 0
-        )
+            published = rnd
+        entry["version"] = published  # what devices receive next round: unchanged after a refused round
         report["rounds"].append(entry)
         report["untrained_acceptance"] = _pooled(untrained, cfg.streams)
         write_report(out, report)

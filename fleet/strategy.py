@@ -80,7 +80,9 @@ def aggregate(
         return RoundOutcome(None, [], excluded, replies=list(replies))
     avg = fedavg([r.adapter for r in ok], [r.weight for r in ok])
     if cfg.dp_noise > 0:
-        avg = add_dp_noise(avg, current, cfg.dp_noise, generator or torch.Generator().manual_seed(0))
+        avg = add_dp_noise(
+            avg, previous=current, std=cfg.dp_noise, generator=generator or torch.Generator().manual_seed(0)
+        )
     return RoundOutcome(avg, ok, excluded, replies=list(replies))
 
 

@@ -26,7 +26,7 @@ def learner(tiny_pair):
 
 
 def test_a_round_returns_an_adapter_of_the_same_layout_and_its_verified_tokens(learner):
-    start = learner.adapter()
+    start = learner.initial
     res = learner.train(start, PROMPTS[:2])
     assert check_adapter(res.adapter, start) is None
     assert res.verified_tokens > 0 and res.updates == 1
@@ -34,14 +34,14 @@ def test_a_round_returns_an_adapter_of_the_same_layout_and_its_verified_tokens(l
 
 
 def test_a_poisoned_round_learns_something_else(learner):
-    start = learner.adapter()
+    start = learner.initial
     honest = learner.train(start, PROMPTS[:2]).adapter
     poisoned = learner.train(start, PROMPTS[:2], poisoned=True).adapter
     assert any(not torch.allclose(honest[k], poisoned[k]) for k in start)
 
 
 def test_greedy_output_with_the_global_drafter_is_target_only_output(learner):
-    start = learner.adapter()
+    start = learner.initial
     deltas = [learner.train(start, PROMPTS[i : i + 2]).adapter for i in (0, 2)]
     glob = fedavg(deltas, [3.0, 1.0])
     assert any(not torch.equal(glob[k], start[k]) for k in start)

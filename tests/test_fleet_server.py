@@ -75,13 +75,13 @@ def _cfg(tiny_pair, **kw) -> FleetConfig:
         rounds=1,
         local=LocalConfig(prompts_per_round=2, max_new_tokens=8, rank=2, engine="eager", guard_window=2),
         server=ServerConfig(filter="none", probe_prompts=1),
-        eval=EvalConfig(prompts_per_stream=1, greedy_check=1),
+        eval=EvalConfig(prompts_per_stream=1, greedy_check=0),
     )
     return FleetConfig(**{**base, **kw}).validate()
 
 
 def test_a_round_reports_every_client_and_refuses_bad_deltas(tiny_pair, tmp_path, capsys):
-    cfg = _cfg(tiny_pair, clients=4)
+    cfg = _cfg(tiny_pair, clients=4, eval=EvalConfig(prompts_per_stream=1, greedy_check=1))
     grid = FakeGrid(4, {1: "nan", 2: "other-target", 3: "disconnect"})
     rep = serve_rounds(grid, cfg, tmp_path)
     r = rep["rounds"][0]
@@ -101,11 +101,11 @@ def test_no_usable_delta_keeps_the_last_good_global_adapter(tiny_pair, tmp_path)
     serve_rounds(FakeGrid(2), cfg, tmp_path)
     learner = fleet_client.learner_for(cfg)
     store = GlobalStore(tmp_path / "global", learner.ident, cfg.local.rank)
-    good = store.latest(learner.adapter())
+    good = store.latest(learner.initial)
     cfg2 = _cfg(tiny_pair, clients=2, rounds=2)
     rep = serve_rounds(FakeGrid(2, {0: "nan", 1: "shape"}), cfg2, tmp_path)
     assert rep["rounds"][-1]["excluded_clients"] == [0, 1] and rep["rounds"][-1]["version"] == 1
-    version, tensors, _ = store.latest(learner.adapter())
+    version, tensors, _ = store.latest(learner.initial)
     assert version == good[0] == 1 and all(torch.equal(tensors[k], good[1][k]) for k in tensors)
 
 
@@ -116,11 +116,11 @@ def test_a_restarted_server_resumes_after_its_last_published_round(tiny_pair, tm
     serve_rounds(FakeGrid(2), cfg, tmp_path)
     learner = fleet_client.learner_for(cfg)
     store = GlobalStore(tmp_path / "global", learner.ident, cfg.local.rank)
-    v1 = store.latest(learner.adapter())
+    v1 = store.latest(learner.initial)
     # A server killed while publishing version 2 leaves version 1 as the one to resume from.
     bumped = {k: v + 1 for k, v in v1[1].items()}
     killed_at("dir:staged", lambda: store.publish(2, bumped, {"round": 2}))
-    assert store.latest(learner.adapter())[0] == 1
+    assert store.latest(learner.initial)[0] == 1
     rep = serve_rounds(FakeGrid(2), _cfg(tiny_pair, clients=2, rounds=2), tmp_path)
     assert rep["resumed_from"] == 1 and [r["round"] for r in rep["rounds"]] == [1, 2]
     assert "resuming after published version 1" in capsys.readouterr().err
