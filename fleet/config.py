@@ -23,7 +23,7 @@ class LocalConfig:
     max_new_tokens: int = 24
     draft_len: int = 4
     rank: int = 8
-    lr: float = 3e-3
+    lr: float = 2e-3
     local_steps: int = 4  # AdamW steps on each update's batch (FedAvg's local epochs)
     engine: str = "executorch"
     seq_len: int = 160  # one fixed training-program shape: longer contexts keep their last tokens
@@ -39,13 +39,15 @@ class ServerConfig:
     probe_prompts: int = 4  # per stream, from the train split past every client's shard
     probe_margin: float = 0.05  # about 4 of the ~80 probe positions: above the noise of one honest delta
     krum_byzantine: int = 1  # f in Krum's score (n - f - 2 nearest neighbours)
+    guard: bool = True  # publish an aggregate only if its probe-prompt acceptance holds up
+    guard_margin: float = 0.01
     dp_noise: float = 0.0  # Gaussian noise (std, relative to the aggregate's norm per tensor); 0 = off
     timeout_s: float = 900.0  # a client that has not answered by then is left out of the round
 
 
 @dataclass
 class EvalConfig:
-    prompts_per_stream: int = 4  # held-out (test split) prompts per stream
+    prompts_per_stream: int = 6  # held-out (test split) prompts per stream
     greedy_check: int = 3  # held-out prompts decoded target-only and with the final global drafter
 
 

@@ -86,15 +86,20 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
         report.pop(key, None)
     report["resumed_from"] = version if resumed else None
     untrained = report["untrained"]
-    probe_records = learner.probe_records(
-        initial, data.probe_prompts(cfg.streams, cfg.server.probe_prompts, learner.target)
-    )
+    probe_prompts = data.probe_prompts(cfg.streams, cfg.server.probe_prompts, learner.target)
+    probe_records = []
+    if cfg.server.filter == "probe":  # the target's distributions on the probe prompts, decoded once
+        probe_records = learner.probe_records(initial, probe_prompts)
     strategy = FleetStrategy(
         clients=cfg.clients,
         identity=identity,
         cfg=cfg.server,
-        probe=lambda a: learner.agreement(a, probe_records),
+        probe=(lambda a: learner.agreement(a, probe_records)) if probe_records else None,
     )
+    guard = cfg.server.guard
+    # The devices' drift guard, lifted to the server: an aggregate whose acceptance on the probe
+    # prompts falls below the published adapter's is not published (the next round tries again).
+    held = learner.acceptance(adapter, probe_prompts).acceptance if guard else None
     published = version
     for rnd in range(version + 1, cfg.rounds + 1):
         t0 = time.perf_counter()
@@ -110,8 +115,25 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
         strategy.aggregate_train(rnd, replies)
         outcome = strategy.outcome
         gap = _ab_vs_merged(learner, outcome.kept, probe_records)
+        guard_row = None
         if outcome.adapter is None:
-            print(f"fleet: round {rnd}: no usable delta; the global adapter stays at the last version", file=sys.stderr)
+            print(
+                f"fleet: round {rnd}: no usable delta; the global adapter stays at version {published}", file=sys.stderr
+            )
+        elif guard:
+            cand = learner.acceptance(outcome.adapter, probe_prompts).acceptance
+            guard_row = {"probe_acceptance": round(cand, 4), "previous": round(held, 4)}
+            if cand < held - cfg.server.guard_margin:
+                guard_row["action"] = "kept-previous"
+                print(
+                    f"fleet: round {rnd}: the aggregate's probe acceptance {cand:.3f} < {held:.3f} - "
+                    f"{cfg.server.guard_margin}; the global adapter stays at version {published}",
+                    file=sys.stderr,
+                )
+                outcome.adapter = None
+            else:
+                guard_row["action"] = "published"
+                adapter, held = outcome.adapter, cand
         else:
             adapter = outcome.adapter
         by_stream = _acceptance_by_stream(learner, adapter, tests)
@@ -134,6 +156,7 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
             "bytes_per_client": int(_mean([c["bytes"] for c in clients]) or 0),
             "bytes_down_per_client": sum(int(v.numel() * v.element_size()) for v in adapter.values()),
             "ab_vs_merged": gap,
+            "server_guard": guard_row,
             "seconds": round(time.perf_counter() - t0, 1),
         }
         if outcome.adapter is not None:

@@ -74,7 +74,7 @@ def _cfg(tiny_pair, **kw) -> FleetConfig:
         clients=3,
         rounds=1,
         local=LocalConfig(prompts_per_round=2, max_new_tokens=8, rank=2, engine="eager", guard_window=2),
-        server=ServerConfig(filter="none", probe_prompts=1),
+        server=ServerConfig(filter="none", probe_prompts=1, guard=False),
         eval=EvalConfig(prompts_per_stream=1, greedy_check=0),
     )
     return FleetConfig(**{**base, **kw}).validate()
@@ -135,3 +135,13 @@ def test_the_store_refuses_an_adapter_of_another_pair(tiny_pair, tmp_path):
     GlobalStore(tmp_path, wrong, cfg.local.rank).publish(0, learner.adapter(), {"round": 0})
     with pytest.raises(AdapterError, match="another target"):
         GlobalStore(tmp_path, ident, cfg.local.rank).latest(learner.adapter())
+
+
+def test_the_server_guard_keeps_the_published_adapter_when_the_aggregate_drops(tiny_pair, tmp_path, capsys):
+    # A margin of -1 makes every aggregate "drop": the guard must keep version 0 and say so.
+    cfg = _cfg(tiny_pair, clients=2, server=ServerConfig(filter="none", probe_prompts=1, guard_margin=-1.0))
+    rep = serve_rounds(FakeGrid(2), cfg, tmp_path)
+    r = rep["rounds"][0]
+    assert r["server_guard"]["action"] == "kept-previous" and r["version"] == 0
+    assert json.loads((tmp_path / "global" / "latest.json").read_text())["version"] == 0
+    assert "the global adapter stays at version 0" in capsys.readouterr().err

@@ -18,14 +18,19 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts-per-round", type=int, default=4, help="prompts each device adapts on per round")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--lora-rank", type=int, default=8)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--local-steps", type=int, default=4, help="AdamW steps per local update (local epochs)")
     p.add_argument("--engine", default="executorch", help="LoRA gradients: executorch (training program) | eager")
     p.add_argument("--filter", default="probe", help="poisoned-delta filter: probe (server probe set) | krum | none")
     p.add_argument("--probe-margin", type=float, default=0.05, help="agreement gain that marks a delta as poisoned")
     p.add_argument("--probe-prompts", type=int, default=4, help="probe prompts per stream (held-back train prompts)")
+    p.add_argument(
+        "--no-server-guard",
+        action="store_true",
+        help="publish every aggregate (default: only one whose probe-prompt acceptance does not drop)",
+    )
     p.add_argument("--dp-noise", type=float, default=0.0, help="Gaussian noise on the aggregate (relative std)")
-    p.add_argument("--eval-prompts", type=int, default=4, help="held-out prompts per stream")
+    p.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts per stream")
     p.add_argument(
         "--greedy-check",
         type=int,
@@ -93,6 +98,7 @@ def _config(args: argparse.Namespace, poisoned: tuple[int, ...] = ()):
             probe_prompts=args.probe_prompts,
             probe_margin=args.probe_margin,
             dp_noise=args.dp_noise,
+            guard=not args.no_server_guard,
             timeout_s=args.timeout,
         ),
         eval=EvalConfig(prompts_per_stream=args.eval_prompts, greedy_check=args.greedy_check),
