@@ -36,7 +36,7 @@ class ServerConfig:
     """Aggregation: FedAvg weighted by verified tokens, after dropping deltas that fail the checks."""
 
     filter: str = "probe"  # probe: drop a delta that lowers the probe set's agreement; krum: keep Krum's picks
-    probe_prompts: int = 4  # per stream, from the train split past every client's shard
+    probe_prompts: int = 8  # per stream, from the train split past every client's shard
     probe_margin: float = 0.05  # about 4 of the ~80 probe positions: above the noise of one honest delta
     krum_byzantine: int = 1  # f in Krum's score (n - f - 2 nearest neighbours)
     guard: bool = True  # publish an aggregate only if its probe-prompt acceptance holds up

@@ -41,6 +41,7 @@ def test_superlink_and_two_supernodes_run_one_round_on_localhost(tiny_pair, tmp_
         *("--pair", f"{d},{t}", "--streams", "code,text", "--clients", "2", "--rounds", "1"),
         *("--engine", "eager", "--prompts-per-round", "1", "--max-new-tokens", "8", "--lora-rank", "2"),
         *("--eval-prompts", "1", "--greedy-check", "0", "--filter", "none", "--timeout", "240", "--export", "none"),
+        *("--probe-prompts", "1", "--no-server-guard"),
         *("--port", str(link), "--out", str(tmp_path / "out"), "--json"),
     ]
     procs = []

@@ -23,7 +23,7 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="executorch", help="LoRA gradients: executorch (training program) | eager")
     p.add_argument("--filter", default="probe", help="poisoned-delta filter: probe (server probe set) | krum | none")
     p.add_argument("--probe-margin", type=float, default=0.05, help="agreement gain that marks a delta as poisoned")
-    p.add_argument("--probe-prompts", type=int, default=4, help="probe prompts per stream (held-back train prompts)")
+    p.add_argument("--probe-prompts", type=int, default=8, help="probe prompts per stream (held-back train prompts)")
     p.add_argument(
         "--no-server-guard",
         action="store_true",
