@@ -69,6 +69,8 @@ class FleetConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise InvalidArgument(f"--{name} must be an integer >= {lo} (got {v})")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InvalidArgument(f"--seed must be an integer >= 0 (got {self.seed})")
         if not self.streams:
             raise InvalidArgument(f"--streams is empty; pass some of {','.join(STREAMS)}")
         bad = [s for s in self.streams if s not in STREAMS]

@@ -65,9 +65,12 @@ def _wait_port(host: str, port: int, timeout: float, proc: subprocess.Popen) -> 
 
 
 def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) != 0
+    try:
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            return s.connect_ex((host, port)) != 0
+    except (OSError, UnicodeError):
+        raise InvalidArgument(f"--address {host!r} is not an address this machine can listen on") from None
 
 
 def stop(proc: subprocess.Popen | None) -> None:

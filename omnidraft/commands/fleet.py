@@ -132,8 +132,12 @@ def run(args: argparse.Namespace) -> int:
     if args.fleet_command == "join":
         from omnidraft.fleet.deploy import join
 
+        if not 1 <= args.port <= 65535:
+            raise InvalidArgument(f"--port must be in 1..65535 (got {args.port})")
         return join(superlink=args.superlink, device_id=args.device_id, clients=args.clients, port=args.port)
     if args.fleet_command == "simulate":
+        if args.workers is not None and args.workers < 1:
+            raise InvalidArgument(f"--workers must be >= 1 (got {args.workers})")
         cfg = _config(args, _ids(args.poison_clients, args.clients))
         _check_pair(cfg.pair)
         from omnidraft.fleet.simulate import simulate
