@@ -97,6 +97,9 @@ class Trainer:
         self.optimizer = self._new_optimizer()
         self._et = None
         self.events: list[dict] = []
+        # True: every batch is padded to seq_len, so one training program serves a whole run (a
+        # fleet client lowers it once instead of once per longer batch).
+        self.fixed_length = False
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(
@@ -116,6 +119,8 @@ class Trainer:
         # re-exported larger only when a later batch needs more (at most up to seq_len).
         have = self._et.shape[1] if self._et is not None else 0
         length = have if need <= have else min(self.seq_len, -(-need // 32) * 32)
+        if self.fixed_length:
+            length = self.seq_len
         return make_batch(records, self.loss, self.k, self.batch_size, length, self.pad_id)
 
     def eager_grads(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

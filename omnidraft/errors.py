@@ -43,3 +43,7 @@ class AdapterError(OmnidraftError):
 
 class OutputError(OmnidraftError):
     """An output file or folder cannot be written: not a regular file, read-only, or the disk is full."""
+
+
+class FleetError(OmnidraftError):
+    """A fleet run (Flower simulation or deployment) could not start or stopped before its last round."""

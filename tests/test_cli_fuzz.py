@@ -56,6 +56,11 @@ WORK = {  # (module, attribute path) where each command's real work starts
     "streams": [("omnidraft.models.streams", "load_stream")],
     "vocab-map": [("omnidraft.runtime.vocab", "build_vocab_map")],
     "cache": [],
+    "fleet": [
+        ("omnidraft.fleet.simulate", "simulate"),
+        ("omnidraft.fleet.deploy", "serve"),
+        ("omnidraft.fleet.deploy", "join"),
+    ],
 }
 PATHS = ("drafter", "target", "model", "out", "state", "cache", "stream", "file", "accept_head", "vocab_corpus")
 COMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)
