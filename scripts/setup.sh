@@ -16,13 +16,14 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv" >&2
   python3 -m venv .venv
 fi
-# torch==2.13.0 is pinned in pyproject: an unpinned torch would pull a multi-GB CUDA build.
-if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis" 2>/dev/null \
+# torch==2.13.0 is pinned in pyproject: an unpinned torch would pull a multi-GB CUDA build. The fleet
+# extra (Flower) comes too, so the fleet tests run here.
+if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis, flwr" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.omnidraft-installed ]; then
   echo "[setup] installing Python dependencies (a few minutes the first time)" >&2
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis"
+  .venv/bin/python -m pip install -q -e ".[test,fleet]" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis, flwr"
   touch .venv/.omnidraft-installed
 fi
 
