@@ -81,7 +81,7 @@ class AdaptConfig:
             raise InvalidArgument(f"unknown --loss {self.loss!r}; choose one of {', '.join(LOSSES)}, none")
         if self.loss == "none" and not self.train_head:
             raise InvalidArgument("--loss none trains nothing; add --train-head to train the acceptance head only")
-        from omnidraft.runtime.accept_head import validate_adaptive
+        from omnidraft.runtime.draft_length.policy import validate_adaptive
 
         validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
         if self.train_head:
@@ -199,7 +199,7 @@ class OnlineAdapter:
         self._last_head = None
         self.gamma_ctl = None
         if cfg.tune_gamma and self.dcfg.adaptive:
-            from omnidraft.runtime.gamma import GammaController
+            from omnidraft.runtime.draft_length.controller import GammaController
 
             # Drafting stays on here: the drafter and its head learn from the rounds they draft.
             self.gamma_ctl = GammaController(gamma=cfg.gamma, k_max=cfg.max_draft_len, allow_off=False)

@@ -8,7 +8,7 @@ target-only, fixed K for every K of the sweep, and adaptive drafting per variant
 starting from --gamma and --max-draft-len and tuned online. (The pass's own controller tunes for
 the pass, which drafts with the eager drafter at ~5x the exported drafter's cost per call; its
 final setting is reported, not carried over.) The tuned controller may turn drafting off for a
-window where plain target steps replay faster than any draft (runtime/gamma.py; ``--always-draft``
+window where plain target steps replay faster than any draft (runtime/draft_length/controller.py; ``--always-draft``
 keeps K within [1, K_max]); each row reports how many test prompts ran so. Every row starts from a copy of the
 n-gram cache the pass built. Writes adaptive.json, adaptive.md, calibration.png (predicted vs
 observed acceptance of the target tokens the heads proposed on the test prompts) and
@@ -45,7 +45,7 @@ class AdaptiveSettings:
     loss: str = "none"  # "none": head only | "hybrid" | "dm": distil the drafter as well
     gamma: float = 0.5
     tune_gamma: bool = True
-    allow_off: bool = True  # the tuned controller may turn drafting off (runtime/gamma.py)
+    allow_off: bool = True  # the tuned controller may turn drafting off (runtime/draft_length/controller.py)
     max_draft_len: int = 16
     every: int = 8
     head_steps: int = 8
@@ -58,7 +58,7 @@ class AdaptiveSettings:
 
     def validate(self) -> None:
         from omnidraft.bench.demo import BACKENDS
-        from omnidraft.runtime.accept_head import validate_adaptive
+        from omnidraft.runtime.draft_length.policy import validate_adaptive
 
         if self.backend not in BACKENDS:
             raise InvalidArgument(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -98,12 +98,12 @@ class AdaptiveSettings:
 
 def _observed(result) -> tuple[list[float], list[float]]:
     """(predicted, observed) per proposed target token up to the first rejection, from a trace."""
-    from omnidraft.runtime.accept_head import log_sigmoid
+    from omnidraft.runtime.draft_length.policy import log_sigmoid
 
     pred, obs = [], []
     for r in result.rounds:
-        z, acc = r.get("accept_logits") or [], r["accepted"]
-        for j, (a, b) in enumerate(r["spans"][: acc + 1]):
+        z, acc = r.accept_logits, r.accepted
+        for j, (a, b) in enumerate(r.spans[: acc + 1]):
             if len(z) >= b:
                 pred.append(math.exp(sum(log_sigmoid(z[i]) for i in range(a, b))))
                 obs.append(1.0 if j < acc else 0.0)
@@ -252,8 +252,8 @@ class AdaptiveBench:
 
     def stream(self, name: str) -> dict:
         from omnidraft.bench.engine import interleave
-        from omnidraft.runtime.accept_head import drafter_identity
-        from omnidraft.runtime.gamma import GammaController
+        from omnidraft.runtime.draft_length.controller import GammaController
+        from omnidraft.runtime.draft_length.head_file import drafter_identity
 
         s, eng, mnt = self.s, self.eng, self.s.max_new_tokens
         train = self._fit(load_stream(name, "train", target=self.pair.target), s.train_prompts)
@@ -339,7 +339,7 @@ class AdaptiveBench:
                 row["k_max_final"] = ctl.k_max if ctl else s.max_draft_len
                 row["gamma_history"] = ctl.history if ctl else []
                 # Where plain target steps replayed faster than any draft, the controller turns drafting off
-                # for a window at a time (runtime/gamma.py); how many test prompts ran that way.
+                # for a window at a time (runtime/draft_length/controller.py); how many test prompts ran that way.
                 row["prompts_without_drafting"] = (
                     sum(ctl.window for h in ctl.history if h["k_max_was"] == 0) if ctl else 0
                 )

@@ -439,8 +439,8 @@ class Bench:
                 status[method] = f"failed: {exc if isinstance(exc, OmnidraftError) else repr(exc)}".splitlines()[0]
                 continue
             if method == "hybrid+adaptive":
-                from omnidraft.runtime.backends.base import has_accept_head
-                from omnidraft.runtime.gamma import GammaController
+                from omnidraft.runtime.draft_length.controller import GammaController
+                from omnidraft.runtime.draft_length.policy import has_accept_head
 
                 if not has_accept_head(drafter.backend):
                     status[method] = "failed: the adaptation pass left no acceptance head on the drafter"

@@ -79,7 +79,7 @@ def cached_export(
 
         quant, tag = default_quant(fmt, device), f"{tag}-{device}"
     if accept_head is not None:
-        from omnidraft.runtime.accept_head import read_head
+        from omnidraft.runtime.draft_length.head_file import read_head
 
         tag = f"-head{read_head(accept_head).weights_sha256[:12]}"
     if draft_vocab:

@@ -55,8 +55,8 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
     k, tune = st.ks.get(method, st.draft_len), None
     if method == "hybrid+adaptive":  # adaptive drafting from --gamma and K_max 16, tuned online (as its row)
         from omnidraft.errors import InvalidArgument
-        from omnidraft.runtime.backends.base import has_accept_head
-        from omnidraft.runtime.gamma import GammaController
+        from omnidraft.runtime.draft_length.controller import GammaController
+        from omnidraft.runtime.draft_length.policy import has_accept_head
 
         if not has_accept_head(drafter.backend):
             raise InvalidArgument(

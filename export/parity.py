@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from omnidraft.errors import ExportError, ModelFolderError
+from omnidraft.runtime.draft_length.head_model import forward_with_head
 
 from .recipes import FP32_MAX_ABS_DIFF, MIN_MAX_SEQ_LEN
 
@@ -278,8 +279,7 @@ ACCEPT_MAX_PROB_DIFF = 0.25
 def _accept_reference(model: torch.nn.Module, head: torch.nn.Module):
     @torch.no_grad()
     def run(ids: list[int]) -> np.ndarray:
-        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
-        return head(out.hidden_states[-1])[0].float().numpy()
+        return forward_with_head(model, head, input_ids=torch.tensor([ids]))[1][0].float().numpy()
 
     return run
 

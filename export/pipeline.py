@@ -207,7 +207,7 @@ def export_model(
         model = load_model(info)
         head = None
         if accept_head is not None:
-            from omnidraft.runtime.head_model import load_head
+            from omnidraft.runtime.draft_length.head_model import load_head
 
             head = load_head(accept_head)[0]
         stage(1)
@@ -323,14 +323,14 @@ def _check_head(accept_head: str | Path, fmt: str, info) -> dict:
     """Refuse a head for another drafter (or for a format that cannot carry it) before any lowering."""
     import json
 
-    from omnidraft.runtime.accept_head import HEAD_JSON, check_belongs, drafter_identity, read_head
+    from omnidraft.runtime.draft_length.head_file import HEAD_JSON, check_belongs, drafter_identity, read_head
 
     if fmt != "onnx":
         raise InvalidArgument(
             "--accept-head needs --format onnx: the ExecuTorch lowerings do not carry an acceptance "
             "head yet (decode a .pte drafter with a fixed --draft-len K)"
         )
-    from omnidraft.runtime.head_model import load_head
+    from omnidraft.runtime.draft_length.head_model import load_head
 
     head = read_head(accept_head)
     check_belongs(head, drafter_identity(info.folder), f"the drafter in {info.folder}")

@@ -441,7 +441,7 @@ def test_adaptive_row_controller_is_tuned_on_train_prompts_after_the_pass(pair, 
 
     from omnidraft.adapt.head import AcceptHead
     from omnidraft.bench.bench import Bench, BenchSettings
-    from omnidraft.runtime.gamma import GammaController
+    from omnidraft.runtime.draft_length.controller import GammaController
 
     d, t = pair
     eng = engine_mod.Engine("torch", d, t, 1)

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from omnidraft.adapt.online import AdaptConfig
     from omnidraft.adapt.run import adapt_stream
-    from omnidraft.runtime.accept_head import parse_draft_len
+    from omnidraft.runtime.draft_length.policy import parse_draft_len
 
     formats = tuple(f for f in args.export.split(",") if f)
     bad = [f for f in formats if f not in ("onnx", "executorch")]

@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from omnidraft.bench.demo import DemoSettings, main_print, run_demo
     from omnidraft.errors import InvalidArgument
-    from omnidraft.runtime.accept_head import parse_draft_len, validate_adaptive
+    from omnidraft.runtime.draft_length.policy import parse_draft_len, validate_adaptive
 
     draft_len = parse_draft_len(args.draft_len)
     validate_adaptive(draft_len, args.gamma, 16)

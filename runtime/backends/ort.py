@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from omnidraft.errors import ManifestError, ModelFolderError
-from omnidraft.runtime.accept_head import token_bias_table
 from omnidraft.runtime.backends.base import check_forward_args, widen_for
+from omnidraft.runtime.draft_length.head_file import token_bias_table
 from omnidraft.runtime.manifest import Manifest
 
 ACCEPT_OUTPUT = "accept_logits"

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import log_sigmoid, observed_targets
+from omnidraft.runtime.draft_length.policy import log_sigmoid, observed_targets
+
+if TYPE_CHECKING:
+    from omnidraft.runtime.speculative import RoundTrace
 
 
 @dataclass
@@ -30,14 +34,14 @@ class TokenCalibration:
         if not (self.lr >= 0 and self.limit > 0):
             raise InvalidArgument(f"token calibration needs lr >= 0 and limit > 0 (got {self.lr}, {self.limit})")
 
-    def observe(self, rounds: list[dict]) -> None:
+    def observe(self, rounds: list[RoundTrace]) -> None:
         """Update from one prompt's traced rounds, decoded with the current offsets."""
         if not self.lr:
             return
         start = dict(self.offsets)
         for r in rounds:
-            z, draft = r.get("accept_logits") or [], r["draft"]
-            for _, _, a, b, ok in observed_targets(r["spans"], r["accepted"]):
+            z, draft = r.accept_logits, r.draft
+            for _, _, a, b, ok in observed_targets(r.spans, r.accepted):
                 if len(z) >= b:
                     self._step(draft[a:b], z[a:b], ok, start)
 
