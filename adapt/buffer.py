@@ -16,8 +16,8 @@ For each decoded (prompt, response) a ``Record`` keeps
 * n-gram positions: drafter sub-tokens of target tokens spelled by >= 2 drafter tokens with matching
   byte boundaries, the labels of the paper's NLL term. A target token spelled by one drafter token
   without a direct mapping (byte-fallback "\\n") is not an n-gram and gets no label: with it in the
-  NLL term, text acceptance after one pass fell from 0.35 (DM only) to 0.22 at K = 4, though math,
-  whose lines always end in one, lost 0.146 -> 0.102 without them (issue #5);
+  NLL term, text acceptance after one pass fell well below DM-only training, a larger loss than
+  math (whose lines always end in one) suffers without them;
 * split positions (our extension, with ``splits``): a drafter token without a direct mapping whose
   bytes are exactly several consecutive target tokens (e.g. a run of spaces the target writes one
   space at a time). The loop proposes it as a split (greedy); its label joins the NLL term, the

@@ -235,8 +235,8 @@ class HeadTrainer:
     def after_prompt(self, rec: HeadRecord | None, prompt_index: int) -> None:
         """Interleaved: between distillation updates, a step on a replay batch. Its features were
         recorded by older drafters (recomputing them needs a drafter pass per past round), and the
-        hidden-state MLP trained on them ranked held-out text tokens no better than chance (AUC
-        0.48, session 9), so replayed batches step only the per-token biases and the output bias,
+        hidden-state MLP trained on them ranked held-out text tokens no better than chance, so
+        replayed batches step only the per-token biases and the output bias,
         whose inputs do not go stale; labels are recomputed with the current drafter as before."""
         self.warm_start(rec)
         if self.variant == "interleaved" and self.buffer:

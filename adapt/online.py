@@ -54,7 +54,7 @@ class AdaptConfig:
     distill_temperature: float = 1.0  # temperature of the target distribution p in the KL term
     splits: bool = True  # the loop may propose split drafter tokens; their labels join the NLL term
     seed: int = 0
-    # Adaptive drafting (issue #6): draft_len "auto" decodes with the acceptance head; train_head
+    # Adaptive drafting: draft_len "auto" decodes with the acceptance head; train_head
     # trains it online (joint or interleaved); loss "none" keeps the drafter frozen (head only).
     gamma: float = 0.5
     max_draft_len: int = 16

@@ -1,4 +1,4 @@
-"""Bridge to online adaptation (omnidraft.adapt, issue #5) for the rows l-dm, hybrid, hybrid+lora.
+"""Bridge to online adaptation (omnidraft.adapt) for the rows l-dm, hybrid, hybrid+lora.
 
 Each adapted row is one pass of ``omnidraft.adapt.online.OnlineAdapter`` over train prompts (fresh
 state: no adapter resumed from an earlier run), then the published merged drafter folder is loaded

@@ -1,4 +1,4 @@
-"""`omnidraft bench-adaptive`: fixed draft lengths vs adaptive drafting (issue #6), per stream.
+"""`omnidraft bench-adaptive`: fixed draft lengths vs adaptive drafting, per stream.
 
 Per stream: one online pass over train prompts per head variant (joint, interleaved) trains the
 acceptance head (``--loss none``: the drafter stays frozen, so every row drafts with the same
@@ -28,6 +28,7 @@ import numpy as np
 
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
 
 VARIANTS = ("joint", "interleaved")
 
@@ -63,10 +64,7 @@ class AdaptiveSettings:
         if self.backend not in BACKENDS:
             raise InvalidArgument(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.backend == "executorch":
-            raise InvalidArgument(
-                "--backend executorch: ExecuTorch drafters do not carry an acceptance head yet; "
-                "use --backend ort or torch"
-            )
+            raise InvalidArgument(f"--backend executorch: {ET_NO_HEAD}; use --backend ort or torch")
         bad = [x for x in self.streams if x not in STREAMS]
         if bad or not self.streams:
             raise InvalidArgument(
@@ -510,7 +508,7 @@ def markdown(report: dict) -> str:
                 ],
             )
         )
-    parts += ["", "## Checks (issue #6)", ""]
+    parts += ["", "## Checks", ""]
     for c in report["checks"]:
         parts.append(
             f"- {c['variant']}: gains vs best fixed K {c['gains_vs_best_fixed']}; >= 5 % on two streams: "

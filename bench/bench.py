@@ -32,6 +32,7 @@ from omnidraft.bench.metrics import (
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument, OmnidraftError
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
 from omnidraft.runtime.speculative import DecodeConfig
 
 SCHEMA = "omnidraft.bench"
@@ -67,8 +68,8 @@ class BenchSettings:
     tune_prompts: int = 16
     adapt_prompts: int = 64  # train prompts of each adaptation pass (adapted rows; 0 skips them)
     # lr of every adapted row (None: bench/adapted.py's short-pass settings, 1e-3). A full pass over a
-    # stream wants less: math, 1,000 prompts, full FT, the session-12 drafter: 1e-3 lowered held-out
-    # acceptance at K = 4 from 0.59 to 0.50, 1e-4 raised it to 0.72 (models/README.md, session 12).
+    # stream wants less: over a whole stream 1e-3 makes an already-distilled drafter worse, where 1e-4
+    # improves it (docs/decisions.md).
     adapt_lr: float | None = None
     # adapted rows to run. A full pass costs each row differently: math, 960 train prompts, a 2-core AMD
     # EPYC: l-dm 27 min and hybrid 31 min (eager full FT); hybrid+lora, whose LoRA steps run ExecuTorch's
@@ -415,7 +416,7 @@ class Bench:
             reason = (
                 adapted.unavailable_reason()
                 or (
-                    "not available: ExecuTorch drafters do not carry an acceptance head yet (use --backend ort or torch)"
+                    f"not available: {ET_NO_HEAD} (use --backend ort or torch)"
                     if method == "hybrid+adaptive" and be == "executorch"
                     else None
                 )

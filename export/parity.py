@@ -266,7 +266,7 @@ def gate_batch_invariance(backend, sched: Schedule, max_seq_len: int, what: str)
     return fig
 
 
-# Acceptance head (issue #6). fp32: the in-graph head computes the eager head's math, so the same
+# Acceptance head. fp32: the in-graph head computes the eager head's math, so the same
 # 1e-4 logit bar applies. Quantized: the head is held to its quantize-dequantized eager reference in
 # probability space, on the mean and the worst position. The reference rounds weights only, while
 # int8 MatMulNBits (accuracy level 4) also rounds activations per row, so a single position can move

@@ -94,7 +94,7 @@ def export_model(
 ) -> ExportResult:
     """Export, gate and write. Raises ExportError (nothing is published) if the gate fails.
     ``accept_head``: an acceptance-head folder of this drafter, built into the ONNX graph as the
-    extra output ``accept_logits`` (adaptive drafting, issue #6). ``draft_vocab``: keep only the
+    extra output ``accept_logits`` (adaptive drafting). ``draft_vocab``: keep only the
     drafter's N most frequent tokens in its output layer (export/draft_vocab.py), ranked by the
     folder's token_counts.json or by ``vocab_corpus``. ``onnx_path``: "genai" (onnxruntime-genai's
     builder), "torch" (torch.onnx) or "auto" (genai where the model fits it). ``device`` "qnn-htp":

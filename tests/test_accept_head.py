@@ -1,4 +1,4 @@
-"""Adaptive drafting (issue #6): the head's files and identity, the stopping rule, the loop with
+"""Adaptive drafting: the head's files and identity, the stopping rule, the loop with
 ``--draft-len auto`` on the torch and ORT backends (greedy output identical to target-only), and the
 ONNX export with the head inside the graph."""
 

@@ -1,4 +1,4 @@
-"""`omnidraft bench-adaptive`: fixed draft lengths K vs adaptive drafting (issue #6), one table per stream."""
+"""`omnidraft bench-adaptive`: fixed draft lengths K vs adaptive drafting, one table per stream."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Online correction of the acceptance head per drafted token, from verifications already run.
 
 The head is trained on a stream while the drafter is distilled on it, so what it learned about a
-token describes the drafter of a few updates ago. On the bundled pair's held-out code prompts the
-tokens it gave ~0.47 were accepted 99.5 % of the time (models/README.md, session 9): the drafter
-had learned them since. Every verification tells us, for free, whether each drafted token was
+token describes the drafter of a few updates ago: tokens it rated near even odds can be accepted
+almost always, because the drafter has learned them since (docs/decisions.md). Every verification tells us, for free, whether each drafted token was
 accepted, so the runtime keeps a logit offset per drafted token and moves it by one step of
 online logistic regression per observation, on the same loss the head was trained with (BCE on
 the target token's acceptance, the product over its drafter sub-tokens). Offsets only move where

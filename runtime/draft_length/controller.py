@@ -34,8 +34,8 @@ Moving up needs a probe, since longer drafts cannot be replayed: now and then a 
 notch longer on both axes, so every setting in between is replayed from it. The probe is compared
 with the kept setting on the same rounds; it is kept if it is not slower (ties cross plateaus where
 a binding cap makes gamma moot), and one that is faster is followed by the next probe at once, so
-a long climb takes a window per notch. (Climbing 1, 2, 4 notches after consecutive wins was
-tried in session 9 and was no faster on the bundled pair: the long probes overshot and lost.)
+a long climb takes a window per notch. (Climbing 1, 2, 4 notches after consecutive wins was no
+faster on the bundled pair: the long probes overshot and lost; docs/decisions.md.)
 One that is not faster doubles the gap before the next (up to ``max_gap`` windows).
 
 Below the shortest draft there is one more setting: no drafting at all (``k_max`` 0, plain target

@@ -9,7 +9,6 @@ The stopping rule that reads the head is in ``policy.py``.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from omnidraft.errors import InvalidArgument, ModelFolderError
 from omnidraft.runtime.draft_length.policy import has_accept_head
 from omnidraft.runtime.manifest import sha256_file
-from omnidraft.runtime.model_checks import read_config, weight_files
+from omnidraft.runtime.model_checks import read_config, weights_sha256
 from omnidraft.validate import read_fields
 
 HEAD_JSON = "head.json"
@@ -60,15 +59,7 @@ def drafter_identity(folder: str | Path) -> DrafterIdentity:
     records as ``source_model_sha256`` (one file: its sha256; shards: a digest over name + sha256)."""
     folder = Path(folder)
     hidden = read_config(folder).int("hidden_size", lo=1)
-    files = weight_files(folder)
-    if len(files) == 1:
-        if not files[0].is_file():
-            raise ModelFolderError(f"{folder} has no model.safetensors; pass a complete drafter folder")
-        return DrafterIdentity(sha256_file(files[0]), hidden)
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
-    return DrafterIdentity(h.hexdigest(), hidden)
+    return DrafterIdentity(weights_sha256(folder), hidden)
 
 
 def head_folder(path: str | Path) -> Path:

@@ -9,10 +9,9 @@ no extra drafter call is needed to decide whether to keep drafting.
 
 Cross-vocabulary addition: a learned bias per drafted drafter token, added to the MLP's logit once
 the token is chosen. Across vocabularies acceptance depends strongly on *which* token was drafted
-(how its translation fits the target's tokenization): on the bundled pair's held-out code prompts
-a per-token acceptance rate ranks acceptances with AUC 0.80 where the hidden-state MLP alone
-reaches 0.60 (models/README.md, session 9), and the drafter's own confidence ranks them backwards
-(0.34; presumably it is surest of tokens the target's tokenizer spells differently, not checked).
+(how its translation fits the target's tokenization): a per-token acceptance rate ranks
+acceptances far better than the hidden-state MLP alone, and the drafter's own confidence ranks them
+backwards (docs/decisions.md).
 The bias stays outside the exported graph, which cannot know a sampled token: the runtime looks it
 up (head_file.py).
 """
