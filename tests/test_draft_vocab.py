@@ -60,7 +60,7 @@ def pair(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_choose_ranks_by_count_keeps_specials_and_reports_coverage(pair):
-    folder = pair.drafter
+    folder = pair["drafter"]
     counts = dv.read_counts(folder, len(_counts(32064)))
     v = dv.choose(folder, SIZE, counts.size, [0, 1, 2])
     assert len(v.kept) == SIZE and list(v.kept) == sorted(v.kept) and {0, 1, 2} <= set(v.kept.tolist())
@@ -72,14 +72,14 @@ def test_choose_ranks_by_count_keeps_specials_and_reports_coverage(pair):
 
 
 def test_export_keeps_the_signature_and_the_kept_columns(pair):
-    m = load_manifest(pair.trim)
+    m = load_manifest(pair["trim"])
     assert m.draft_vocab["size"] == SIZE and m.draft_vocab["source"] == dv.COUNTS_FILE
-    assert "--draft-vocab 512" in m.export_command and m.outputs == load_manifest(pair.full).outputs
+    assert "--draft-vocab 512" in m.export_command and m.outputs == load_manifest(pair["full"]).outputs
     kept = dv.choose(
-        pair.drafter, SIZE, m.vocab_size, dv.special_ids(pair.drafter, m.bos_token_id, m.eos_token_ids)
+        pair["drafter"], SIZE, m.vocab_size, dv.special_ids(pair["drafter"], m.bos_token_id, m.eos_token_ids)
     ).kept
     assert m.draft_vocab["kept"] == kept.tolist()
-    full, trim = load_model(pair.full).backend, load_model(pair.trim).backend
+    full, trim = load_model(pair["full"]).backend, load_model(pair["trim"]).backend
     assert trim.session.get_outputs()[0].shape[-1] == SIZE  # the graph scores the kept tokens only
     ids = [5, 17, 300, 1200, 42, 9]
     a, b = full.forward(ids, 0), trim.forward(ids, 0)
@@ -87,13 +87,13 @@ def test_export_keeps_the_signature_and_the_kept_columns(pair):
     np.testing.assert_allclose(b[:, kept], a[:, kept], atol=1e-5)
     dropped = np.setdiff1d(np.arange(m.vocab_size), kept)
     assert (b[:, dropped] == NEG_LOGIT).all()
-    assert load_manifest(pair.trim8).parity["top1_agreement"] >= 0.9
+    assert load_manifest(pair["trim8"]).parity["top1_agreement"] >= 0.9
 
 
 def test_trimmed_drafter_drafts_only_kept_tokens_and_output_is_exact(pair):
-    tgt, drf = load_model(pair["target-onnx"]), load_model(pair.trim8)
+    tgt, drf = load_model(pair["target-onnx"]), load_model(pair["trim8"])
     kept = set(
-        dv.choose(pair.drafter, SIZE, drf.backend.vocab_size, dv.special_ids(pair.drafter, 1, [2])).kept.tolist()
+        dv.choose(pair["drafter"], SIZE, drf.backend.vocab_size, dv.special_ids(pair["drafter"], 1, [2])).kept.tolist()
     )
     dec = SpeculativeDecoder(tgt, drf, NgramCache(drf.codec.sha256, tgt.codec.sha256, drf.backend.vocab_size))
     drafted = []
@@ -111,14 +111,14 @@ def test_trimmed_drafter_drafts_only_kept_tokens_and_output_is_exact(pair):
 
 def test_a_trimmed_export_is_refused_as_target(pair, capsys):
     with pytest.raises(InvalidArgument, match="keeps only 512 tokens.*re-export it without --draft-vocab"):
-        SpeculativeDecoder(load_model(pair.trim))
-    code = main(["generate", "--target", str(pair.trim), "--mode", "target-only", "--prompt", "hi"])
+        SpeculativeDecoder(load_model(pair["trim"]))
+    code = main(["generate", "--target", str(pair["trim"]), "--mode", "target-only", "--prompt", "hi"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "--draft-vocab" in err[0]
 
 
 def test_bad_sizes_counts_and_corpora_are_refused(pair, tmp_path, capsys):
-    d = pair.drafter
+    d = pair["drafter"]
     with pytest.raises(InvalidArgument, match=r"--draft-vocab must be within \[64, 32063\]"):
         export_model(d, "onnx", "fp32", 96, tmp_path / "x", progress=False, draft_vocab=32064)
     bare = tmp_path / "bare"
@@ -169,15 +169,15 @@ def test_bad_sizes_counts_and_corpora_are_refused(pair, tmp_path, capsys):
 def test_a_corpus_ranks_the_tokens(pair, tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("the cat sat on the mat\n" * 50 + "def f(x): return x\n" * 20, encoding="utf-8")
-    counts = dv.count_corpus(corpus, pair.drafter / "tokenizer.json", 32064)
-    v = dv.choose(pair.drafter, 64, 32064, [], corpus)
+    counts = dv.count_corpus(corpus, pair["drafter"] / "tokenizer.json", 32064)
+    v = dv.choose(pair["drafter"], 64, 32064, [], corpus)
     assert v.source == "corpus c.txt" and v.coverage == 1.0  # fewer distinct tokens than 64
     assert set(np.flatnonzero(counts).tolist()) <= set(v.kept.tolist())
 
 
 def test_executorch_llm_path_trims_too(pair, tmp_path):
     out = export_model(
-        pair.drafter, "executorch", "fp32", 96, tmp_path / "pte", progress=False, et_path="llm", draft_vocab=SIZE
+        pair["drafter"], "executorch", "fp32", 96, tmp_path / "pte", progress=False, et_path="llm", draft_vocab=SIZE
     ).out_dir
     m = load_manifest(out)
     assert m.draft_vocab["size"] == SIZE and m.parity["max_abs_diff"] <= 1e-4
@@ -187,7 +187,7 @@ def test_executorch_llm_path_trims_too(pair, tmp_path):
 
 def test_a_malformed_kept_list_is_refused(pair, tmp_path):
     d = tmp_path / "e"
-    shutil.copytree(pair.trim, d)
+    shutil.copytree(pair["trim"], d)
     data = json.loads((d / "manifest.json").read_text())
     kept = data["draft_vocab"]["kept"]
     for bad in (kept[::-1], kept[:-1], [-1] + kept[1:]):
