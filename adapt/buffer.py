@@ -120,8 +120,8 @@ class Collector:
     ) -> None:
         self.dc, self.tc, self.vocab, self.lookbehind = drafter_codec, target_codec, vocab, lookbehind
         self.splits = splits
-        # p(t) costs one more softmax over the target vocabulary per verified token (0.6 ms against a
-        # ~6 ms target step); only the dynamic-lambda loss reads it.
+        # p(t) costs one more softmax over the target vocabulary per verified token, a tenth of a
+        # target step; only the dynamic-lambda loss reads it.
         self.token_probs = token_probs
         self.temperature = temperature
         self.k = min(k, vocab.size)

@@ -274,7 +274,7 @@ class AdaptiveBench:
                 label = f"K={k}{suffix}"
                 fixed[label] = (k, p.variant)
                 cache = eng.load_cache(p.cache) if p.cache else eng.new_cache()
-                jobs.append(eng.job(label, test, "ngram", k, mnt, cache, drafter=drafters[p.variant]))
+                jobs.append(eng.job(label, test, "ngram", k, mnt, cache=cache, drafter=drafters[p.variant]))
         cal: dict[str, tuple[list, list]] = {}
         ctls = {}
         for p in passes:
@@ -299,7 +299,7 @@ class AdaptiveBench:
                     "ngram",
                     "auto",
                     mnt,
-                    cache,
+                    cache=cache,
                     drafter=drafters[p.variant],
                     gamma=s.gamma,
                     tune=ctls[label],

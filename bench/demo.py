@@ -43,15 +43,15 @@ class DemoSettings:
     streams: tuple[str, ...] = STREAMS
     prompts: int = 10
     max_new_tokens: int = 48
-    # K = 2: K = 4 costs the untrained drafter most (its acceptance sits on the first drafted token);
-    # K = 1 measured no better in the demo (adapted code row 0.49x vs 0.76x at K = 2, one run each).
+    # K = 2: K = 4 costs the untrained drafter most (its acceptance sits on the first drafted token),
+    # and K = 1 leaves the adapted drafter too little to gain.
     draft_len: int | str = 2  # "auto": the adaptation pass trains the acceptance head
     gamma: float = 0.5
     backend: str = "ort"
     max_seq_len: int = 512
     out: Path = Path("reports/demo")
-    # 24 = three updates of 8: the first run (31 s of exports + the pass) then stays under 5 minutes here;
-    # each further update costs ~36 s of ExecuTorch training-program steps.
+    # 24 = three updates of 8, so the first run, exports included, stays within a few minutes on two
+    # cores; each further update adds ExecuTorch training-program steps.
     adapt_prompts: int = 24  # train prompts of the adaptation pass per stream (0: no adaptation)
     # One stream keeps the run within 5 minutes; code is where a short pass lifts acceptance most.
     adapt_streams: tuple[str, ...] = ("code",)

@@ -69,7 +69,7 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
         )
     return [
         eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
-        eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune),
+        eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache=cache, drafter=drafter, tune=tune),
     ]
 
 

@@ -1,10 +1,13 @@
 """Cross-vocabulary speculative decoding (paper Algorithm 1), gpt-fast style.
 
-One round: draft k drafter tokens -> translate to m target tokens -> verify all m with ONE target
-call -> accept (greedy: exact argmax match; sampling: u < p/q') -> correction or bonus token ->
-roll back both KV caches -> re-tokenize the accepted text into the drafter's context -> update the
-n-gram cache. Backends are reached only through runtime.backends.base.Backend; this module imports
-numpy and the runtime's own small modules, nothing else.
+One round (``_Run.speculative``), one method per step: ``_draft`` k drafter tokens (the
+draft-length policy of runtime/draft_length says when to stop) -> ``_translate`` them to m target
+tokens -> ``_verify`` all m with ONE target call -> ``_accept`` (greedy: exact argmax match;
+sampling: u < p/q'), then a correction or bonus token -> commit, rolling the target's KV cache back
+-> ``_resync`` the drafter (re-tokenize the accepted text into its context, harvest n-grams, crop
+its KV cache). ``DecodeStats`` counts each round; with ``trace`` each round is kept as a
+``RoundTrace``. Backends are reached only through runtime.backends.base.Backend; this module
+imports numpy and the runtime's own small modules, nothing else.
 """
 
 from __future__ import annotations
@@ -132,8 +135,11 @@ class DecodeStats:
         self.split_accepted += sum(split[:accepted])
         self.ngram_added += added
 
-    def __add__(self, other: DecodeStats) -> DecodeStats:
-        return DecodeStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+    def __iadd__(self, other: DecodeStats) -> DecodeStats:
+        """Sum another decode's counts and times into this one (a stream's total over its prompts)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
 
     @property
     def acceptance_rate(self) -> float:
