@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 
 
-def add_draft_length(p: argparse.ArgumentParser, *, draft_len: str | None = "4") -> None:
-    """``--draft-len`` (omitted where ``draft_len`` is None), ``--gamma`` and ``--max-draft-len``."""
+def add_draft_length(
+    p: argparse.ArgumentParser,
+    *,
+    draft_len: str | None = "4",
+    max_draft_len: bool = True,
+    gamma_help: str = "auto: stopping threshold in (0, 1) (paper: 0.3 text, 0.7 code/math; default 0.5)",
+) -> None:
+    """``--draft-len`` (omitted where ``draft_len`` is None), ``--gamma`` and ``--max-draft-len`` (where
+    ``max_draft_len``)."""
     if draft_len is not None:
         p.add_argument(
             "--draft-len",
@@ -15,13 +22,11 @@ def add_draft_length(p: argparse.ArgumentParser, *, draft_len: str | None = "4")
             help=f"drafter tokens per round, or 'auto': the drafter's acceptance head stops drafting once "
             f"P(a rejection) > --gamma (default {draft_len})",
         )
-    p.add_argument(
-        "--gamma",
-        type=float,
-        default=0.5,
-        help="auto: stopping threshold in (0, 1) (paper: 0.3 text, 0.7 code/math; default 0.5)",
-    )
-    p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft (default 16)")
+    p.add_argument("--gamma", type=float, default=0.5, help=gamma_help)
+    if max_draft_len:
+        p.add_argument(
+            "--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft (default 16)"
+        )
 
 
 def add_no_splits(p: argparse.ArgumentParser) -> None:
