@@ -16,8 +16,8 @@ For each decoded (prompt, response) a ``Record`` keeps
 * n-gram positions: drafter sub-tokens of target tokens spelled by >= 2 drafter tokens with matching
   byte boundaries, the labels of the paper's NLL term. A target token spelled by one drafter token
   without a direct mapping (byte-fallback "\\n") is not an n-gram and gets no label: with it in the
-  NLL term, text acceptance after one pass fell from 0.35 (DM only) to 0.22 at K = 4, though math,
-  whose lines always end in one, lost 0.146 -> 0.102 without them (issue #5);
+  NLL term, text acceptance after one pass fell well below DM-only training, a larger loss than
+  math (whose lines always end in one) suffers without them;
 * split positions (our extension, with ``splits``): a drafter token without a direct mapping whose
   bytes are exactly several consecutive target tokens (e.g. a run of spaces the target writes one
   space at a time). The loop proposes it as a split (greedy); its label joins the NLL term, the
@@ -120,8 +120,8 @@ class Collector:
     ) -> None:
         self.dc, self.tc, self.vocab, self.lookbehind = drafter_codec, target_codec, vocab, lookbehind
         self.splits = splits
-        # p(t) costs one more softmax over the target vocabulary per verified token (0.6 ms against a
-        # ~6 ms target step); only the dynamic-lambda loss reads it.
+        # p(t) costs one more softmax over the target vocabulary per verified token, a tenth of a
+        # target step; only the dynamic-lambda loss reads it.
         self.token_probs = token_probs
         self.temperature = temperature
         self.k = min(k, vocab.size)

@@ -28,7 +28,7 @@ import torch
 from omnidraft import atomic
 from omnidraft.errors import AdapterError, ExportError, ManifestError, ModelFolderError
 from omnidraft.runtime.manifest import sha256_file
-from omnidraft.runtime.model_checks import weight_files
+from omnidraft.runtime.model_checks import weights_sha256
 from omnidraft.validate import read_fields
 
 FORMAT = "omnidraft.adapter"
@@ -47,20 +47,6 @@ SIDE_FILES = (
 
 
 # -- identity --------------------------------------------------------------------------------
-def _weights_sha256(folder: Path) -> str:
-    """Same convention as the export manifest's ``source_model_sha256``: one file -> its sha256,
-    shards -> sha256 over (name, sha256) in name order."""
-    files = weight_files(folder)
-    if len(files) == 1:
-        if not files[0].is_file():
-            raise ModelFolderError(f"{folder} has no model.safetensors; pass a complete model folder")
-        return sha256_file(files[0])
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
-    return h.hexdigest()
-
-
 def model_identity(folder: str | Path) -> tuple[str, str]:
     """(tokenizer sha256, base-weights sha256) of an HF folder or of an export folder (whose
     manifest names the HF weights it was lowered from, so both give the same identity)."""
@@ -73,7 +59,7 @@ def model_identity(folder: str | Path) -> tuple[str, str]:
     tok = folder / "tokenizer.json"
     if not tok.is_file():
         raise ModelFolderError(f"{folder} has no tokenizer.json; pass a model folder with its tokenizer")
-    return sha256_file(tok), _weights_sha256(folder)
+    return sha256_file(tok), weights_sha256(folder)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +56,10 @@ def wrap_lora(model: torch.nn.Module, rank: int, alpha: float | None = None) -> 
     from omnidraft.export.quantize import untie_lm_head
 
     untie_lm_head(model)
-    return get_peft_model(model, lora_config(rank, alpha))
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated is_gradient_checkpointing; nothing a user can change
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        return get_peft_model(model, lora_config(rank, alpha))
 
 
 @dataclass

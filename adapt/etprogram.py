@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 
 import torch
 
 from omnidraft.errors import ExportError
+from omnidraft.native_output import without_native_lines
 
 from .loss import Batch, LossModule
 
@@ -45,13 +47,22 @@ def _replace_empty_permuted(gm: torch.fx.GraphModule) -> None:
 
 def build_training_program(module: LossModule, example: Batch) -> bytes:
     """Serialised .pte bytes of the forward+backward program for batches shaped like ``example``."""
-    from executorch.exir import to_edge
-    from torch.export.experimental import _export_forward_backward
-
     for name in ("torch._export", "torch.export", "torch._dynamo"):
         logging.getLogger(name).setLevel(logging.ERROR)
     config = _hf_config(module.model)
     saved = config._attn_implementation if config is not None else None
+    with warnings.catch_warnings():
+        # torch.export's own deprecations (pytree LeafSpec) and dynamo's note on transformers' output
+        # capturing: raised inside the libraries, nothing a user of omnidraft can act on.
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
+        return _build(module, example, config, saved)
+
+
+def _build(module: LossModule, example: Batch, config, saved) -> bytes:
+    from executorch.exir import to_edge
+    from torch.export.experimental import _export_forward_backward
+
     try:
         # The fused SDPA kernel's backward is no core ATen op; the eager attention computes the same
         # softmax(QK^T)V from core ops only.
@@ -110,7 +121,8 @@ class ExecuTorchStep:
             self.program, self.runtime = _PROGRAMS[self.key]
         else:
             self.program = build_training_program(module, example)
-            self.runtime = _load_for_executorch_for_training_from_buffer(self.program)
+            with without_native_lines():
+                self.runtime = _load_for_executorch_for_training_from_buffer(self.program)
         self.shape = tuple(example.ids.shape)
         self.k = int(example.topk_idx.shape[-1])
         # Program names carry the LossModule's "model." prefix.
@@ -130,7 +142,8 @@ class ExecuTorchStep:
         if tuple(batch.ids.shape) != self.shape:
             raise ValueError(f"batch shape {tuple(batch.ids.shape)} != program shape {self.shape}")
         self._sync()
-        loss = self.runtime.forward_backward("forward", batch.inputs())[0]
+        with without_native_lines():  # the first call starts ExecuTorch's threadpool, which probes the CPU
+            loss = self.runtime.forward_backward("forward", batch.inputs())[0]
         _PROGRAMS.setdefault(self.key, (self.program, self.runtime))
         grads = {name[len("model.") :]: g for name, g in self.runtime.named_gradients().items()}
         return loss, grads

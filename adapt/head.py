@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import log_sigmoid, observed_targets
-from omnidraft.runtime.head_model import AcceptHead
+from omnidraft.runtime.draft_length.head_model import AcceptHead
+from omnidraft.runtime.draft_length.policy import log_sigmoid, observed_targets
 
 VARIANTS = ("joint", "interleaved")
 # SpecDec++ weights rejected tokens 6:1 because its same-vocabulary drafts are mostly accepted; here
@@ -77,13 +77,13 @@ class HeadCollector:
 
     def finish(self, result) -> HeadRecord | None:
         rec, self.backend.recorder = self.recorded, None
-        if len(rec) != sum(len(r["draft"]) for r in result.rounds):
+        if len(rec) != sum(len(r.draft) for r in result.rounds):
             return None  # the drafter was also called outside drafting: features cannot be matched up
         feats, toks, group, p_t, obs, pred = [], [], [], [], [], []
         offset = 0
         for rnd, rows in zip(result.rounds, self.rows):
-            draft, spans, acc = rnd["draft"], rnd["spans"], rnd["accepted"]
-            z = rnd.get("accept_logits") or []
+            draft, spans, acc = rnd.draft, rnd.spans, rnd.accepted
+            z = rnd.accept_logits
             for j, e, a, b, ok in observed_targets(spans, acc, len(rows)):
                 g = len(p_t)
                 for i in range(a, b):
@@ -92,8 +92,7 @@ class HeadCollector:
                     group.append(g)
                 p_t.append(
                     math.prod(
-                        _target_prob(rows[i], rnd["target_ids"][i], self.temperature)
-                        for i in range(j, min(e, len(rows)))
+                        _target_prob(rows[i], rnd.target_ids[i], self.temperature) for i in range(j, min(e, len(rows)))
                     )
                 )
                 obs.append(1.0 if ok else 0.0)
@@ -236,8 +235,8 @@ class HeadTrainer:
     def after_prompt(self, rec: HeadRecord | None, prompt_index: int) -> None:
         """Interleaved: between distillation updates, a step on a replay batch. Its features were
         recorded by older drafters (recomputing them needs a drafter pass per past round), and the
-        hidden-state MLP trained on them ranked held-out text tokens no better than chance (AUC
-        0.48, session 9), so replayed batches step only the per-token biases and the output bias,
+        hidden-state MLP trained on them ranked held-out text tokens no better than chance, so
+        replayed batches step only the per-token biases and the output bias,
         whose inputs do not go stale; labels are recomputed with the current drafter as before."""
         self.warm_start(rec)
         if self.variant == "interleaved" and self.buffer:
@@ -315,8 +314,8 @@ def initial_head(backend, merged: Path, resumed: bool) -> AcceptHead:
     head the drafter folder came with; else a fresh one."""
     import copy
 
-    from omnidraft.runtime.accept_head import HEAD_JSON
-    from omnidraft.runtime.head_model import load_head
+    from omnidraft.runtime.draft_length.head_file import HEAD_JSON
+    from omnidraft.runtime.draft_length.head_model import load_head
 
     if resumed and (Path(merged) / HEAD_JSON).is_file():
         return load_head(merged)[0]
@@ -327,8 +326,8 @@ def initial_head(backend, merged: Path, resumed: bool) -> AcceptHead:
 
 def save_for(trainer: HeadTrainer, drafter_folder, info: dict | None = None) -> None:
     """Write the head beside a published drafter, tied to that drafter's weights."""
-    from omnidraft.runtime.accept_head import drafter_identity
-    from omnidraft.runtime.head_model import save_head
+    from omnidraft.runtime.draft_length.head_file import drafter_identity
+    from omnidraft.runtime.draft_length.head_model import save_head
 
     save_head(
         trainer.head,

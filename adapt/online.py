@@ -54,7 +54,7 @@ class AdaptConfig:
     distill_temperature: float = 1.0  # temperature of the target distribution p in the KL term
     splits: bool = True  # the loop may propose split drafter tokens; their labels join the NLL term
     seed: int = 0
-    # Adaptive drafting (issue #6): draft_len "auto" decodes with the acceptance head; train_head
+    # Adaptive drafting: draft_len "auto" decodes with the acceptance head; train_head
     # trains it online (joint or interleaved); loss "none" keeps the drafter frozen (head only).
     gamma: float = 0.5
     max_draft_len: int = 16
@@ -81,7 +81,7 @@ class AdaptConfig:
             raise InvalidArgument(f"unknown --loss {self.loss!r}; choose one of {', '.join(LOSSES)}, none")
         if self.loss == "none" and not self.train_head:
             raise InvalidArgument("--loss none trains nothing; add --train-head to train the acceptance head only")
-        from omnidraft.runtime.accept_head import validate_adaptive
+        from omnidraft.runtime.draft_length.policy import validate_adaptive
 
         validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
         if self.train_head:
@@ -199,7 +199,7 @@ class OnlineAdapter:
         self._last_head = None
         self.gamma_ctl = None
         if cfg.tune_gamma and self.dcfg.adaptive:
-            from omnidraft.runtime.gamma import GammaController
+            from omnidraft.runtime.draft_length.controller import GammaController
 
             # Drafting stays on here: the drafter and its head learn from the rounds they draft.
             self.gamma_ctl = GammaController(gamma=cfg.gamma, k_max=cfg.max_draft_len, allow_off=False)

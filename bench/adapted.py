@@ -1,4 +1,4 @@
-"""Bridge to online adaptation (omnidraft.adapt, issue #5) for the rows l-dm, hybrid, hybrid+lora.
+"""Bridge to online adaptation (omnidraft.adapt) for the rows l-dm, hybrid, hybrid+lora.
 
 Each adapted row is one pass of ``omnidraft.adapt.online.OnlineAdapter`` over train prompts (fresh
 state: no adapter resumed from an earlier run), then the published merged drafter folder is loaded
@@ -147,7 +147,7 @@ def for_backend(
     info = _pass(bench, stream, method, prompts or [], draft_len or 4, eng.paths[1])
     fmt, quant = BACKENDS[eng.backend]
     folder = Path(info["drafter"])
-    from omnidraft.runtime.accept_head import HEAD_JSON
+    from omnidraft.runtime.draft_length.head_file import HEAD_JSON
 
     head = folder if (folder / HEAD_JSON).is_file() else None  # ONNX drafters carry it in the graph
     path = (

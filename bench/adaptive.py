@@ -1,4 +1,4 @@
-"""`omnidraft bench-adaptive`: fixed draft lengths vs adaptive drafting (issue #6), per stream.
+"""`omnidraft bench-adaptive`: fixed draft lengths vs adaptive drafting, per stream.
 
 Per stream: one online pass over train prompts per head variant (joint, interleaved) trains the
 acceptance head (``--loss none``: the drafter stays frozen, so every row drafts with the same
@@ -8,7 +8,7 @@ target-only, fixed K for every K of the sweep, and adaptive drafting per variant
 starting from --gamma and --max-draft-len and tuned online. (The pass's own controller tunes for
 the pass, which drafts with the eager drafter at ~5x the exported drafter's cost per call; its
 final setting is reported, not carried over.) The tuned controller may turn drafting off for a
-window where plain target steps replay faster than any draft (runtime/gamma.py; ``--always-draft``
+window where plain target steps replay faster than any draft (runtime/draft_length/controller.py; ``--always-draft``
 keeps K within [1, K_max]); each row reports how many test prompts ran so. Every row starts from a copy of the
 n-gram cache the pass built. Writes adaptive.json, adaptive.md, calibration.png (predicted vs
 observed acceptance of the target tokens the heads proposed on the test prompts) and
@@ -28,6 +28,7 @@ import numpy as np
 
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
 
 VARIANTS = ("joint", "interleaved")
 
@@ -45,7 +46,7 @@ class AdaptiveSettings:
     loss: str = "none"  # "none": head only | "hybrid" | "dm": distil the drafter as well
     gamma: float = 0.5
     tune_gamma: bool = True
-    allow_off: bool = True  # the tuned controller may turn drafting off (runtime/gamma.py)
+    allow_off: bool = True  # the tuned controller may turn drafting off (runtime/draft_length/controller.py)
     max_draft_len: int = 16
     every: int = 8
     head_steps: int = 8
@@ -58,15 +59,12 @@ class AdaptiveSettings:
 
     def validate(self) -> None:
         from omnidraft.bench.demo import BACKENDS
-        from omnidraft.runtime.accept_head import validate_adaptive
+        from omnidraft.runtime.draft_length.policy import validate_adaptive
 
         if self.backend not in BACKENDS:
             raise InvalidArgument(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.backend == "executorch":
-            raise InvalidArgument(
-                "--backend executorch: ExecuTorch drafters do not carry an acceptance head yet; "
-                "use --backend ort or torch"
-            )
+            raise InvalidArgument(f"--backend executorch: {ET_NO_HEAD}; use --backend ort or torch")
         bad = [x for x in self.streams if x not in STREAMS]
         if bad or not self.streams:
             raise InvalidArgument(
@@ -98,12 +96,12 @@ class AdaptiveSettings:
 
 def _observed(result) -> tuple[list[float], list[float]]:
     """(predicted, observed) per proposed target token up to the first rejection, from a trace."""
-    from omnidraft.runtime.accept_head import log_sigmoid
+    from omnidraft.runtime.draft_length.policy import log_sigmoid
 
     pred, obs = [], []
     for r in result.rounds:
-        z, acc = r.get("accept_logits") or [], r["accepted"]
-        for j, (a, b) in enumerate(r["spans"][: acc + 1]):
+        z, acc = r.accept_logits, r.accepted
+        for j, (a, b) in enumerate(r.spans[: acc + 1]):
             if len(z) >= b:
                 pred.append(math.exp(sum(log_sigmoid(z[i]) for i in range(a, b))))
                 obs.append(1.0 if j < acc else 0.0)
@@ -252,8 +250,8 @@ class AdaptiveBench:
 
     def stream(self, name: str) -> dict:
         from omnidraft.bench.engine import interleave
-        from omnidraft.runtime.accept_head import drafter_identity
-        from omnidraft.runtime.gamma import GammaController
+        from omnidraft.runtime.draft_length.controller import GammaController
+        from omnidraft.runtime.draft_length.head_file import drafter_identity
 
         s, eng, mnt = self.s, self.eng, self.s.max_new_tokens
         train = self._fit(load_stream(name, "train", target=self.pair.target), s.train_prompts)
@@ -276,7 +274,7 @@ class AdaptiveBench:
                 label = f"K={k}{suffix}"
                 fixed[label] = (k, p.variant)
                 cache = eng.load_cache(p.cache) if p.cache else eng.new_cache()
-                jobs.append(eng.job(label, test, "ngram", k, mnt, cache, drafter=drafters[p.variant]))
+                jobs.append(eng.job(label, test, "ngram", k, mnt, cache=cache, drafter=drafters[p.variant]))
         cal: dict[str, tuple[list, list]] = {}
         ctls = {}
         for p in passes:
@@ -301,7 +299,7 @@ class AdaptiveBench:
                     "ngram",
                     "auto",
                     mnt,
-                    cache,
+                    cache=cache,
                     drafter=drafters[p.variant],
                     gamma=s.gamma,
                     tune=ctls[label],
@@ -339,7 +337,7 @@ class AdaptiveBench:
                 row["k_max_final"] = ctl.k_max if ctl else s.max_draft_len
                 row["gamma_history"] = ctl.history if ctl else []
                 # Where plain target steps replayed faster than any draft, the controller turns drafting off
-                # for a window at a time (runtime/gamma.py); how many test prompts ran that way.
+                # for a window at a time (runtime/draft_length/controller.py); how many test prompts ran that way.
                 row["prompts_without_drafting"] = (
                     sum(ctl.window for h in ctl.history if h["k_max_was"] == 0) if ctl else 0
                 )
@@ -510,7 +508,7 @@ def markdown(report: dict) -> str:
                 ],
             )
         )
-    parts += ["", "## Checks (issue #6)", ""]
+    parts += ["", "## Checks", ""]
     for c in report["checks"]:
         parts.append(
             f"- {c['variant']}: gains vs best fixed K {c['gains_vs_best_fixed']}; >= 5 % on two streams: "

@@ -32,6 +32,7 @@ from omnidraft.bench.metrics import (
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument, OmnidraftError
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
 from omnidraft.runtime.speculative import DecodeConfig
 
 SCHEMA = "omnidraft.bench"
@@ -56,8 +57,8 @@ class BenchSettings:
     backend: str = "ort"
     prompts: int = 12  # held-out test prompts per stream (every row uses the same ones)
     max_new_tokens: int = 48
-    # K = 1 included: verifying 2 tokens costs ORT int8 about what 1 does on this pair (bench-export:
-    # 4.72 vs 4.58 ms), 3 tokens 1.7x, so K = 1 is often the fastest fixed K at moderate acceptance.
+    # K = 1 included: a small target verifies 2 tokens for about the cost of 1 (omnidraft bench-export
+    # shows it), so K = 1 is often the fastest fixed K at moderate acceptance.
     sweep_ks: tuple[int, ...] = (1, 2, 3, 4, 6)
     sweep_prompts: int = 8  # train prompts for choosing the fixed K (never test prompts; 3 picked K = 3
     # for text's hybrid drafter, whose K = 1 ran faster on the test prompts)
@@ -67,12 +68,12 @@ class BenchSettings:
     tune_prompts: int = 16
     adapt_prompts: int = 64  # train prompts of each adaptation pass (adapted rows; 0 skips them)
     # lr of every adapted row (None: bench/adapted.py's short-pass settings, 1e-3). A full pass over a
-    # stream wants less: math, 1,000 prompts, full FT, the session-12 drafter: 1e-3 lowered held-out
-    # acceptance at K = 4 from 0.59 to 0.50, 1e-4 raised it to 0.72 (models/README.md, session 12).
+    # stream wants less: over a whole stream 1e-3 makes an already-distilled drafter worse, where 1e-4
+    # improves it (docs/decisions.md).
     adapt_lr: float | None = None
-    # adapted rows to run. A full pass costs each row differently: math, 960 train prompts, a 2-core AMD
-    # EPYC: l-dm 27 min and hybrid 31 min (eager full FT); hybrid+lora, whose LoRA steps run ExecuTorch's
-    # training program (77 % of its time, py-spy), did 143 prompts in 15 min, so ~100 min for the pass.
+    # adapted rows to run. A full pass costs each row differently: hybrid+lora's LoRA steps run
+    # ExecuTorch's training program, which dominates its time and makes it several times slower than
+    # the eager full fine-tuning of l-dm and hybrid.
     adapted: tuple[str, ...] | None = None  # None: all of bench/adapted.py's METHODS
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
@@ -337,7 +338,13 @@ class Bench:
         prompts = self._pick(eng, train[skip:], s.sweep_prompts) or self._pick(eng, train, s.sweep_prompts)
         jobs = [
             eng.job(
-                f"K={k}", prompts, "ngram", k, s.max_new_tokens, new_cache() if new_cache else None, drafter=drafter
+                f"K={k}",
+                prompts,
+                "ngram",
+                k,
+                s.max_new_tokens,
+                cache=new_cache() if new_cache else None,
+                drafter=drafter,
             )
             for k in s.sweep_ks
         ]
@@ -372,7 +379,7 @@ class Bench:
                 "ngram",
                 "auto",
                 self.s.max_new_tokens,
-                cache,
+                cache=cache,
                 drafter=drafter,
                 gamma=ctl.gamma,
                 tune=ctl,
@@ -397,7 +404,15 @@ class Bench:
         jobs = [eng.job("target-only", prompts, "target-only", k, mnt), eng.job("spd-dm", prompts, "dm", k, mnt)]
         trackers = {"spd-dm+ngram": GrowthTracker(eng.new_cache())}
         jobs.append(
-            eng.job("spd-dm+ngram", prompts, "ngram", k, mnt, trackers["spd-dm+ngram"].cache, trackers["spd-dm+ngram"])
+            eng.job(
+                "spd-dm+ngram",
+                prompts,
+                "ngram",
+                k,
+                mnt,
+                cache=trackers["spd-dm+ngram"].cache,
+                on_verified=trackers["spd-dm+ngram"],
+            )
         )
         kinds = {"spd-dm+ngram": "online on the test prompts, from empty"}
         status, extra = {}, {}
@@ -408,7 +423,7 @@ class Bench:
             st.pp_cache = s.out / "state" / f"ngram_cache.{name}.train.json"
             tracker.cache.save(st.pp_cache)
             st.pp_prompts = len(pre)
-            jobs.append(eng.job("spd-dm+ngram_pp", prompts, "ngram", k, mnt, tracker.cache, tracker))
+            jobs.append(eng.job("spd-dm+ngram_pp", prompts, "ngram", k, mnt, cache=tracker.cache, on_verified=tracker))
             kinds["spd-dm+ngram_pp"] = f"pre-collected on {len(pre)} train prompts, then online"
         else:
             status["spd-dm+ngram_pp"] = "not run: --train-prompts 0"
@@ -416,7 +431,7 @@ class Bench:
             reason = (
                 adapted.unavailable_reason()
                 or (
-                    "not available: ExecuTorch drafters do not carry an acceptance head yet (use --backend ort or torch)"
+                    f"not available: {ET_NO_HEAD} (use --backend ort or torch)"
                     if method == "hybrid+adaptive" and be == "executorch"
                     else None
                 )
@@ -440,8 +455,8 @@ class Bench:
                 status[method] = f"failed: {exc if isinstance(exc, OmnidraftError) else repr(exc)}".splitlines()[0]
                 continue
             if method == "hybrid+adaptive":
-                from omnidraft.runtime.backends.base import has_accept_head
-                from omnidraft.runtime.gamma import GammaController
+                from omnidraft.runtime.draft_length.controller import GammaController
+                from omnidraft.runtime.draft_length.policy import has_accept_head
 
                 if not has_accept_head(drafter.backend):
                     status[method] = "failed: the adaptation pass left no acceptance head on the drafter"
@@ -452,7 +467,9 @@ class Bench:
                 ctl = GammaController(gamma=s.gamma, k_max=DecodeConfig().max_draft_len)
                 tuning = self.tune_controller(eng, name, train, drafter, ctl, summary["train_prompts"])
                 jobs.append(
-                    eng.job(method, prompts, "ngram", "auto", mnt, cache, drafter=drafter, gamma=ctl.gamma, tune=ctl)
+                    eng.job(
+                        method, prompts, "ngram", "auto", mnt, cache=cache, drafter=drafter, gamma=ctl.gamma, tune=ctl
+                    )
                 )
                 kinds[method] = "built during adaptation (train), then online"
                 extra[method] = {"adaptation": summary, "tuning": tuning}
@@ -469,7 +486,7 @@ class Bench:
                 skip=summary["train_prompts"],
             )
             st.ks[method] = k_m
-            jobs.append(eng.job(method, prompts, "ngram", k_m, mnt, cache, drafter=drafter))
+            jobs.append(eng.job(method, prompts, "ngram", k_m, mnt, cache=cache, drafter=drafter))
             kinds[method] = "built during adaptation (train), then online"
             extra[method] = {"adaptation": summary}
         by_name = {j.name: j for j in jobs}
@@ -524,7 +541,7 @@ class Bench:
         for label, policy, cap, _ in spec:
             mode = "dm" if label == "none" else "ngram"
             cache = eng.new_cache(cap, policy) if label != "none" else None
-            jobs.append(eng.job(f"{label} {policy}", st.prompts, mode, k, mnt, cache))
+            jobs.append(eng.job(f"{label} {policy}", st.prompts, mode, k, mnt, cache=cache))
         decs = {j.name: j.decoder for j in jobs}
         runs = interleave(jobs, len(st.prompts), f"{st.name}: cache caps in lockstep", self.progress)
         base = runs["target-only"].tokens_per_s

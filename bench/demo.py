@@ -12,6 +12,7 @@ from omnidraft.bench.bundled import check_bundled, drafter_export, drafter_vocab
 from omnidraft.bench.streams_eval import StreamRun, run_stream
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
 from omnidraft.runtime.speculative import DecodeConfig
 
 BACKENDS = {
@@ -42,15 +43,15 @@ class DemoSettings:
     streams: tuple[str, ...] = STREAMS
     prompts: int = 10
     max_new_tokens: int = 48
-    # K = 2: K = 4 costs the untrained drafter most (its acceptance sits on the first drafted token);
-    # K = 1 measured no better in the demo (adapted code row 0.49x vs 0.76x at K = 2, one run each).
-    draft_len: int | str = 2  # "auto": the adaptation pass trains the acceptance head (issue #6)
+    # K = 2: K = 4 costs the untrained drafter most (its acceptance sits on the first drafted token),
+    # and K = 1 leaves the adapted drafter too little to gain.
+    draft_len: int | str = 2  # "auto": the adaptation pass trains the acceptance head
     gamma: float = 0.5
     backend: str = "ort"
     max_seq_len: int = 512
     out: Path = Path("reports/demo")
-    # 24 = three updates of 8: the first run (31 s of exports + the pass) then stays under 5 minutes here;
-    # each further update costs ~36 s of ExecuTorch training-program steps.
+    # 24 = three updates of 8, so the first run, exports included, stays within a few minutes on two
+    # cores; each further update adds ExecuTorch training-program steps.
     adapt_prompts: int = 24  # train prompts of the adaptation pass per stream (0: no adaptation)
     # One stream keeps the run within 5 minutes; code is where a short pass lifts acceptance most.
     adapt_streams: tuple[str, ...] = ("code",)
@@ -250,10 +251,7 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
         raise InvalidArgument(f"--adapt-prompts must be >= 0 (got {s.adapt_prompts}); 0 skips adaptation")
     auto = s.draft_len == "auto"
     if auto and s.backend == "executorch":
-        raise InvalidArgument(
-            "--draft-len auto: ExecuTorch drafters do not carry an acceptance head yet; "
-            "use --backend ort or torch, or a fixed --draft-len K"
-        )
+        raise InvalidArgument(f"--draft-len auto: {ET_NO_HEAD}; use --backend ort or torch, or a fixed --draft-len K")
     unknown = [n for n in s.adapt_streams if n not in STREAMS]
     if unknown:
         raise InvalidArgument(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -22,7 +22,7 @@ from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.backends.base import DRAFTER_THREADS
 from omnidraft.runtime.loader import LoadedModel, check_hf_folder, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, DecodeStats, SpeculativeDecoder
+from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
 
 @dataclass
@@ -65,11 +65,6 @@ def resolve_pair(spec: str) -> Pair:
     return Pair(folders[0], folders[1], spec)
 
 
-def _add(total: DecodeStats, s: DecodeStats) -> None:
-    for k, v in asdict(s).items():
-        setattr(total, k, getattr(total, k) + v)
-
-
 @dataclass
 class Job:
     """One decoder configuration inside an interleaved group; ``step(i)`` decodes prompt i."""
@@ -96,8 +91,7 @@ def interleave(jobs: list[Job], n: int, desc: str, progress: bool = True) -> dic
 def set_threads(n: int | None) -> dict:
     """Intra-op threads for torch (ONNX Runtime sessions and ExecuTorch's threadpool get theirs when
     an engine of that backend loads). On a small shared machine spinning thread pools cost far more
-    than they bring (measured here under load: 32 target-only tokens 5.8 s with 2 torch threads, 1.5 s
-    with 1)."""
+    than they bring: under load, tiny models decode several times faster on one thread."""
     import torch
 
     if n:
@@ -168,6 +162,7 @@ class Engine:
         mode: str,
         draft_len: int | str,
         max_new_tokens: int,
+        *,
         cache: NgramCache | None = None,
         on_verified=None,
         drafter: LoadedModel | None = None,
@@ -202,7 +197,7 @@ class Engine:
                 tune.observe(out)
                 tune.configure(cfg)
                 out.stats.seconds += time.perf_counter() - t0
-            _add(run.stats, out.stats)
+            run.stats += out.stats
             run.prompts += 1
             run.outputs.append(out.token_ids)
             run.running_acceptance.append(run.stats.acceptance_rate)
@@ -224,7 +219,9 @@ class Engine:
         drafter: LoadedModel | None = None,
     ) -> StreamRun:
         """A single job over ``prompts`` (a pass that fills a cache, not a timed comparison)."""
-        job = self.job(label, prompts, mode, draft_len, max_new_tokens, cache, on_verified, drafter)
+        job = self.job(
+            label, prompts, mode, draft_len, max_new_tokens, cache=cache, on_verified=on_verified, drafter=drafter
+        )
         return interleave([job], len(prompts), label, progress)[label]
 
     def fits(self, prompt: str, max_new_tokens: int, k_max: int) -> bool:

@@ -56,13 +56,12 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
     k, tune = st.ks.get(method, st.draft_len), None
     if method == "hybrid+adaptive":  # adaptive drafting from --gamma and K_max 16, tuned online (as its row)
         from omnidraft.errors import InvalidArgument
-        from omnidraft.runtime.backends.base import has_accept_head
-        from omnidraft.runtime.gamma import GammaController
+        from omnidraft.runtime.draft_length.controller import GammaController
+        from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
+        from omnidraft.runtime.draft_length.policy import has_accept_head
 
         if not has_accept_head(drafter.backend):
-            raise InvalidArgument(
-                f"the {backend} drafter has no acceptance head (ExecuTorch drafters do not carry one yet)"
-            )
+            raise InvalidArgument(f"the {backend} drafter has no acceptance head ({ET_NO_HEAD})")
         # tuned on the same train prompts as the row, on this backend's own costs
         k, tune = "auto", GammaController(gamma=s.gamma, k_max=16)
         skip = bench.adapted[(st.name, method)]["summary"]["train_prompts"]
@@ -71,7 +70,7 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
         )
     return [
         eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
-        eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache, drafter=drafter, tune=tune),
+        eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache=cache, drafter=drafter, tune=tune),
     ]
 
 

@@ -297,7 +297,7 @@ def markdown(report: dict) -> str:
         "",
         _cache(report),
         "",
-        "## 5. Checks (issue #7 must-show and the paper's qualitative ordering)",
+        "## 5. Checks (the claims to show and the paper's qualitative ordering)",
         "",
         _checks(report),
         "",

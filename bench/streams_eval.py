@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
@@ -53,11 +53,6 @@ class StreamRun:
         }
 
 
-def _add(total: DecodeStats, s: DecodeStats) -> None:
-    for k, v in asdict(s).items():
-        setattr(total, k, getattr(total, k) + v)
-
-
 def run_stream(
     decoder: SpeculativeDecoder,
     prompts: list[str],
@@ -72,7 +67,7 @@ def run_stream(
     try:
         for prompt in bar:
             out = decoder.generate(prompt, cfg, on_verified=on_verified)
-            _add(run.stats, out.stats)
+            run.stats += out.stats
             run.prompts += 1
             run.outputs.append(out.token_ids)
             run.running_acceptance.append(run.stats.acceptance_rate)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omnidraft.errors import ModelFolderError
-from omnidraft.runtime.manifest import sha256_file
-from omnidraft.runtime.model_checks import check_model_files, read_config, weight_files
+from omnidraft.runtime.model_checks import check_model_files, read_config, weight_files, weights_digest
 from omnidraft.runtime.tokenizer import load_codec
 
 from .recipes import SUPPORTED_ARCHITECTURES
@@ -42,12 +40,7 @@ class ModelInfo:
 
 def weights_sha256(info: ModelInfo) -> str:
     """One digest over all weight files (in name order) so sharded models get a single id."""
-    if len(info.weight_files) == 1:
-        return sha256_file(info.weight_files[0])
-    h = hashlib.sha256()
-    for p in info.weight_files:
-        h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
-    return h.hexdigest()
+    return weights_digest(info.weight_files)
 
 
 def inspect_folder(folder: str | Path) -> ModelInfo:

@@ -20,6 +20,7 @@ import torch
 from transformers import DynamicCache
 
 from omnidraft.errors import ExportError
+from omnidraft.runtime.draft_length.head_model import forward_with_head
 
 from . import quality
 from .draft_vocab import small_logits
@@ -53,15 +54,16 @@ class _FlatKV(torch.nn.Module):
         cache = DynamicCache()  # full-length layers: the graph's past may be longer than a sliding window
         for i in range(self.num_layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(
-            input_ids=input_ids, past_key_values=cache, use_cache=True, output_hidden_states=self.head is not None
-        )
+        if self.head is None:
+            out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        else:
+            out, accept = forward_with_head(
+                self.model, self.head, input_ids=input_ids, past_key_values=cache, use_cache=True
+            )
         present = []
         for layer in out.past_key_values.layers:
             present += [layer.keys, layer.values]
-        if self.head is None:
-            return (out.logits, *present)
-        return (out.logits, *present, self.head(out.hidden_states[-1]))
+        return (out.logits, *present) if self.head is None else (out.logits, *present, accept)
 
 
 def export_onnx(

@@ -1,20 +1,18 @@
 """ONNX graph from onnxruntime-genai's model builder: the drafter's fast path.
 
 The builder writes the decoder as fused ONNX Runtime ops (GroupQueryAttention with rotary inside,
-SkipSimplifiedLayerNormalization, MatMulNBits): 33 nodes for the bundled 2-layer drafter, where
-torch.onnx's trace keeps ~220 after ORT's own fusions. A drafter's step is mostly kernel launches,
-so that is most of its cost: one-token step 0.10 ms with a 4,096-token head, against 0.28 ms for
-the torch.onnx graph with the same head (1 thread, measured alone).
+SkipSimplifiedLayerNormalization, MatMulNBits): a few dozen nodes for a small drafter, where
+torch.onnx's trace keeps several times more after ORT's own fusions. A small drafter's step is
+mostly kernel launches, so fewer nodes make most of the difference (docs/decisions.md).
 
 Row stability: GroupQueryAttention takes another kernel path for one query row than for several.
-On the bundled int8 target a token decoded alone differed from the same token inside a verify call
-by up to 0.03 (40 random windows), which flips near-tied greedy choices. Fed as two copies of the
-token (the copy's logits and cache row dropped), a decode step gives exactly the verify call's row:
-0.0 over the same windows. So an export that may be a target records ``pad_single_row`` and the
+A token decoded alone can differ from the same token inside a verify call by enough to flip a
+near-tied greedy choice. Fed as two copies of the token (the copy's logits and cache row dropped), a
+decode step gives exactly the verify call's row. So an export that may be a target records ``pad_single_row`` and the
 runtime pads one-token calls (runtime/backends/ort.py), and the gate holds verify vs decode to the
 same bar as the torch.onnx path. A trimmed drafter (--draft-vocab) cannot be a target: it is not
-padded, and its verify vs decode is measured only. Bundled target int8, 2 threads: one-token step
-1.15 ms padded, against 1.79 ms for the torch.onnx graph.
+padded, and its verify vs decode is measured only. Even padded, the fused graph's step is faster
+than the torch.onnx graph's.
 
 Signature: ``input_ids [1,k]``, ``attention_mask [1,past+k]`` (all ones: positions and the causal
 mask come from it), ``past_key_values.{i}.key|value [1,H,past,D]`` in; ``logits [1,k,V]`` (or N

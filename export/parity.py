@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from omnidraft.errors import ExportError, ModelFolderError
+from omnidraft.runtime.draft_length.head_model import forward_with_head
 
 from .recipes import FP32_MAX_ABS_DIFF, MIN_MAX_SEQ_LEN
 
@@ -265,7 +266,7 @@ def gate_batch_invariance(backend, sched: Schedule, max_seq_len: int, what: str)
     return fig
 
 
-# Acceptance head (issue #6). fp32: the in-graph head computes the eager head's math, so the same
+# Acceptance head. fp32: the in-graph head computes the eager head's math, so the same
 # 1e-4 logit bar applies. Quantized: the head is held to its quantize-dequantized eager reference in
 # probability space, on the mean and the worst position. The reference rounds weights only, while
 # int8 MatMulNBits (accuracy level 4) also rounds activations per row, so a single position can move
@@ -278,8 +279,7 @@ ACCEPT_MAX_PROB_DIFF = 0.25
 def _accept_reference(model: torch.nn.Module, head: torch.nn.Module):
     @torch.no_grad()
     def run(ids: list[int]) -> np.ndarray:
-        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
-        return head(out.hidden_states[-1])[0].float().numpy()
+        return forward_with_head(model, head, input_ids=torch.tensor([ids]))[1][0].float().numpy()
 
     return run
 

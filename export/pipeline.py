@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import shlex
 import sys
 import time
 import warnings
@@ -75,35 +75,36 @@ def _versions() -> dict[str, str]:
 def export_model(
     model_dir: str | Path,
     fmt: str,
-    quant: str,
+    quant: str | None,
     max_seq_len: int,
     out_dir: str | Path,
-    embedding_quant: str = "none",
-    min_top1: float | None = None,
-    et_path: str = "auto",
-    progress: bool = True,
-    accept_head: str | Path | None = None,
-    draft_vocab: int | None = None,
-    vocab_corpus: str | Path | None = None,
-    onnx_path: str = "auto",
     *,
-    device: str = "cpu",
-    soc: str | None = None,
-    call_widths: str | None = None,
-    delegate: str = "xnnpack",
+    progress: bool = True,
+    **options,
 ) -> ExportResult:
+    """``export_recipe`` for a recipe given as arguments (``options``: the other ExportRecipe fields)."""
+    recipe = recipes.ExportRecipe(str(model_dir), fmt, quant, max_seq_len, **options)
+    return export_recipe(recipe, out_dir, progress=progress)
+
+
+def export_recipe(recipe: recipes.ExportRecipe, out_dir: str | Path, *, progress: bool = True) -> ExportResult:
     """Export, gate and write. Raises ExportError (nothing is published) if the gate fails.
     ``accept_head``: an acceptance-head folder of this drafter, built into the ONNX graph as the
-    extra output ``accept_logits`` (adaptive drafting, issue #6). ``draft_vocab``: keep only the
+    extra output ``accept_logits`` (adaptive drafting). ``draft_vocab``: keep only the
     drafter's N most frequent tokens in its output layer (export/draft_vocab.py), ranked by the
     folder's token_counts.json or by ``vocab_corpus``. ``onnx_path``: "genai" (onnxruntime-genai's
     builder), "torch" (torch.onnx) or "auto" (genai where the model fits it). ``device`` "qnn-htp":
     static graphs of ``call_widths`` ("1,8") compiled for the HTP of ``soc`` (export/qnn_export.py).
-    ``delegate``: the ExecuTorch backend the program is lowered to (export/et_delegates.py)."""
+    ``delegate``: the ExecuTorch backend the program is lowered to (export/et_delegates.py). The
+    manifest stores the recipe, its defaults resolved, and the command that rebuilds the folder."""
+    r = recipe
+    fmt, quant, max_seq_len, embedding_quant, et_path = r.format, r.quant, r.max_seq_len, r.embedding_quant, r.et_path
+    onnx_path, device, soc, call_widths, delegate = r.onnx_path, r.device, r.soc, r.call_widths, r.delegate
+    accept_head, draft_vocab, vocab_corpus, min_top1 = r.accept_head, r.draft_vocab, r.vocab_corpus, r.min_top1
     t0 = time.perf_counter()
     quant = quant or recipes.default_quant(fmt, device)
     recipes.check_choice(fmt, quant, embedding_quant, et_path, onnx_path, device=device, delegate=delegate)
-    info = inspect_folder(model_dir)
+    info = inspect_folder(r.model)
     npu = None
     if device != "cpu":
         from .qnn_export import check_request
@@ -156,32 +157,13 @@ def export_model(
     out = Path(out_dir)
     publish.check_out_dir(out, info.folder)
     _quiet_libraries()
-    command = " ".join(
-        shlex.quote(str(a))
-        for a in [
-            "omnidraft",
-            "export",
-            "--model",
-            model_dir,
-            "--format",
-            fmt,
-            "--quant",
-            quant,
-            "--max-seq-len",
-            max_seq_len,
-            "--out",
-            out_dir,
-        ]
-        + (["--embedding-quant", embedding_quant] if embedding_quant != "none" else [])
-        + (["--et-path", et_path] if fmt == "executorch" and et_path != "auto" else [])
-        + (["--onnx-path", onnx_path] if onnx_path != "auto" else [])
-        + (["--accept-head", accept_head] if accept_head is not None else [])
-        + (["--draft-vocab", draft_vocab] if draft_vocab is not None else [])
-        + (["--vocab-corpus", vocab_corpus] if vocab_corpus is not None else [])
-        + (["--device", device, "--soc", npu["soc"], "--call-widths", npu["call_widths"]] if npu else [])
-        + (["--delegate", delegate] if delegate != "xnnpack" else [])
-        + (["--call-widths", call_widths] if call_widths and delegate != "xnnpack" else [])
+    resolved = dataclasses.replace(
+        r,
+        quant=quant,
+        soc=npu["soc"] if npu else soc,
+        call_widths=npu["call_widths"] if npu else call_widths,
     )
+    command = resolved.command(out_dir)
 
     from tqdm import tqdm
 
@@ -207,7 +189,7 @@ def export_model(
         model = load_model(info)
         head = None
         if accept_head is not None:
-            from omnidraft.runtime.head_model import load_head
+            from omnidraft.runtime.draft_length.head_model import load_head
 
             head = load_head(accept_head)[0]
         stage(1)
@@ -301,6 +283,7 @@ def export_model(
             bos_token_id=info.bos_token_id,
             parity=built.parity,
             export_command=command,
+            recipe=resolved.to_dict(),
             skipped_layers=built.skipped_layers,
             exporter=built.exporter,
             accept_head=head_meta,
@@ -323,14 +306,14 @@ def _check_head(accept_head: str | Path, fmt: str, info) -> dict:
     """Refuse a head for another drafter (or for a format that cannot carry it) before any lowering."""
     import json
 
-    from omnidraft.runtime.accept_head import HEAD_JSON, check_belongs, drafter_identity, read_head
+    from omnidraft.runtime.draft_length.head_file import HEAD_JSON, check_belongs, drafter_identity, read_head
 
     if fmt != "onnx":
         raise InvalidArgument(
             "--accept-head needs --format onnx: the ExecuTorch lowerings do not carry an acceptance "
             "head yet (decode a .pte drafter with a fixed --draft-len K)"
         )
-    from omnidraft.runtime.head_model import load_head
+    from omnidraft.runtime.draft_length.head_model import load_head
 
     head = read_head(accept_head)
     check_belongs(head, drafter_identity(info.folder), f"the drafter in {info.folder}")

@@ -120,9 +120,9 @@ def ort_quantize(src: Path, dst: Path, quant: str) -> None:
             # activation scale couples the rows and broke greedy exactness on the trained pair
             # (tests/test_batch_invariance.py).
             # 8-bit needs accuracy_level 4 (int8 compute, activations quantized per row and block):
-            # the fp32-compute 8-bit kernel dequantizes every weight per call (measured on the bundled
-            # drafter: 30 ms vs 0.8 ms per decode step; fp32 graph 2.3 ms). Per-row scales keep the rows
-            # of a verify call independent (max difference 2e-6 vs 1-token calls).
+            # the fp32-compute 8-bit kernel dequantizes every weight per call, which makes it slower
+            # than the fp32 graph. Per-row scales keep the rows of a verify call independent of each
+            # other, so a verify row equals the one-token call's row to float rounding.
             int4 = quant == "int4"
             q = MatMulNBitsQuantizer(
                 onnx.load(str(src)),

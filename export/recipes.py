@@ -1,7 +1,12 @@
-"""What can be exported, and how strictly each artifact is checked. Pure Python: the CLI reads
-these tables to validate options and print choices without importing torch."""
+"""What can be exported, how strictly each artifact is checked, and the export recipe itself. Pure
+Python: the CLI reads these tables to validate options and print choices without importing torch."""
 
 from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
 
 from omnidraft.errors import InvalidArgument
 
@@ -18,8 +23,8 @@ EMBEDDING_QUANTS = ("none", "int8")
 # token), "static" = transformers' static-cache wrapper (any architecture transformers exports),
 # "auto" = llm where the model fits it.
 ET_PATHS = ("auto", "llm", "static")
-# ONNX lowering path: "genai" = onnxruntime-genai's model builder (fused ops: bundled drafter step
-# 0.10 vs 0.28 ms, target 1.15 vs 1.79 ms; row-stable with padded one-token calls), "torch" =
+# ONNX lowering path: "genai" = onnxruntime-genai's model builder (fused ops, the faster graph;
+# row-stable with padded one-token calls), "torch" =
 # torch.onnx's trace with row-stable attention (any head size), "auto" = genai where the model fits
 # it. See export/onnx_genai.py.
 ONNX_PATHS = ("auto", "genai", "torch")
@@ -59,6 +64,57 @@ MIN_MAX_SEQ_LEN = 24
 
 # A drafter folder's token frequencies, the ranking `--draft-vocab N` keeps (export/draft_vocab.py).
 COUNTS_FILE = "token_counts.json"
+
+
+@dataclass(frozen=True)
+class ExportRecipe:
+    """What one export builds, as data: the CLI builds it, ``export.pipeline.export_recipe`` consumes
+    it, and the manifest stores it (``recipe``) with the command that rebuilds the folder."""
+
+    model: str  # Hugging Face folder of the model
+    format: str  # FORMATS
+    quant: str | None = None  # QUANTS[format] / DEVICE_QUANTS[device]; None: the first one
+    max_seq_len: int = 512  # positions of the KV cache
+    embedding_quant: str = "none"  # EMBEDDING_QUANTS (ExecuTorch)
+    et_path: str = "auto"  # ExecuTorch lowering path, ET_PATHS
+    onnx_path: str = "auto"  # ONNX lowering path, ONNX_PATHS
+    device: str = "cpu"  # DEVICES
+    soc: str | None = None  # qnn-htp: the SoC compiled for
+    call_widths: str | None = None  # static graphs: "1,8"
+    delegate: str = "xnnpack"  # ExecuTorch backend, DELEGATES
+    draft_vocab: int | None = None  # a drafter's output layer keeps its N most frequent tokens
+    vocab_corpus: str | None = None  # with draft_vocab: the text that ranks the tokens
+    accept_head: str | None = None  # an acceptance-head folder built into the drafter's graph
+    min_top1: float | None = None  # parity gate bar (default MIN_TOP1_AGREEMENT)
+
+    def __post_init__(self) -> None:  # paths as the strings the manifest stores
+        for name in ("model", "vocab_corpus", "accept_head"):
+            if isinstance(getattr(self, name), Path):
+                object.__setattr__(self, name, str(getattr(self, name)))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExportRecipe:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def command(self, out_dir: str | Path) -> str:
+        """The ``omnidraft export`` command line that builds this recipe into ``out_dir``."""
+        npu = self.device != "cpu"
+        args = ["omnidraft", "export", "--model", self.model, "--format", self.format, "--quant", self.quant]
+        args += ["--max-seq-len", self.max_seq_len, "--out", out_dir]
+        args += ["--embedding-quant", self.embedding_quant] if self.embedding_quant != "none" else []
+        args += ["--et-path", self.et_path] if self.format == "executorch" and self.et_path != "auto" else []
+        args += ["--onnx-path", self.onnx_path] if self.onnx_path != "auto" else []
+        args += ["--accept-head", self.accept_head] if self.accept_head is not None else []
+        args += ["--draft-vocab", self.draft_vocab] if self.draft_vocab is not None else []
+        args += ["--vocab-corpus", self.vocab_corpus] if self.vocab_corpus is not None else []
+        args += ["--device", self.device, "--soc", self.soc, "--call-widths", self.call_widths] if npu else []
+        args += ["--delegate", self.delegate] if self.delegate != "xnnpack" else []
+        args += ["--call-widths", self.call_widths] if self.call_widths and self.delegate != "xnnpack" else []
+        return " ".join(shlex.quote(str(a)) for a in args)
 
 
 def default_quant(fmt: str, device: str = "cpu") -> str:

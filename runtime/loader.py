@@ -76,13 +76,13 @@ def load_model(
 
     backend = TorchEagerBackend(folder, max_seq_len)
     info: dict = {}
-    from omnidraft.runtime.accept_head import HEAD_JSON
+    from omnidraft.runtime.draft_length.head_file import HEAD_JSON
 
     if accept_head is None and (folder / HEAD_JSON).is_file():
         accept_head = folder
     if accept_head is not None:
-        from omnidraft.runtime.accept_head import drafter_identity
-        from omnidraft.runtime.head_model import load_head
+        from omnidraft.runtime.draft_length.head_file import drafter_identity
+        from omnidraft.runtime.draft_length.head_model import load_head
 
         head, hinfo = load_head(accept_head, drafter_identity(folder), f"the drafter in {folder}")
         backend.attach_head(head)

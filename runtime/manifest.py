@@ -61,6 +61,9 @@ class Manifest:
     device_info: dict[str, Any] = field(default_factory=dict)
     # Files the artifact needs beside artifact_file (e.g. context binaries): name -> sha256.
     extra_files: dict[str, str] = field(default_factory=dict)
+    # The export recipe (export/recipes.py ExportRecipe) with its defaults resolved: what export_command
+    # runs, as data.
+    recipe: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -127,8 +130,15 @@ def manifest_from_dict(data: dict[str, Any], where: str = MANIFEST_FILE) -> Mani
         accept_head=f.dict("accept_head", default={}),
         draft_vocab=f.dict("draft_vocab", default={}),
         pad_single_row=f.bool("pad_single_row", default=False),
+        device=f.str("device", default="cpu"),
+        device_info=f.dict("device_info", default={}),
+        extra_files=f.dict("extra_files", default={}),
+        recipe=f.dict("recipe", default={}),
         schema_version=schema,
     )
+    for name, digest in m.extra_files.items():
+        if not isinstance(digest, str):
+            raise f.fail(f"extra_files.{name}", "a sha256 string", digest)
     for k, v in m.exporter_versions.items():
         if not isinstance(v, str):
             raise f.fail(f"exporter_versions.{k}", "a version string", v)

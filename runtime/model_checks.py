@@ -8,9 +8,12 @@ it may not hold more tokens than the model scores, and the model may be wider on
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from omnidraft.errors import ModelFolderError
+from omnidraft.runtime.manifest import sha256_file
 from omnidraft.validate import Fields, check_safetensors, check_vocab_fits, read_fields
 
 CONFIG = "config.json"
@@ -35,6 +38,27 @@ def weight_files(folder: Path) -> list[Path]:
     if bad or not shards:
         raise index.fail("weight_map", "shard file names inside the folder", bad[0] if bad else None)
     return [folder / s for s in shards]
+
+
+def weights_digest(files: Sequence[Path]) -> str:
+    """One id for a model's weights, recorded by exports as ``source_model_sha256`` and by heads and
+    deltas as their drafter's identity: one file, its sha256; shards, a sha256 over each shard's
+    name and sha256, in the order given (name order)."""
+    if len(files) == 1:
+        return sha256_file(files[0])
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
+
+
+def weights_sha256(folder: Path) -> str:
+    """``weights_digest`` of a Hugging Face model folder."""
+    folder = Path(folder)
+    files = weight_files(folder)
+    if not files[0].is_file():
+        raise ModelFolderError(f"{folder} has no model.safetensors; pass a complete model folder")
+    return weights_digest(files)
 
 
 def check_weights(folder: Path) -> None:

@@ -1,10 +1,13 @@
 """Cross-vocabulary speculative decoding (paper Algorithm 1), gpt-fast style.
 
-One round: draft k drafter tokens -> translate to m target tokens -> verify all m with ONE target
-call -> accept (greedy: exact argmax match; sampling: u < p/q') -> correction or bonus token ->
-roll back both KV caches -> re-tokenize the accepted text into the drafter's context -> update the
-n-gram cache. Backends are reached only through runtime.backends.base.Backend; this module imports
-numpy and the runtime's own small modules, nothing else.
+One round (``_Run.speculative``), one method per step: ``_draft`` k drafter tokens (the
+draft-length policy of runtime/draft_length says when to stop) -> ``_translate`` them to m target
+tokens -> ``_verify`` all m with ONE target call -> ``_accept`` (greedy: exact argmax match;
+sampling: u < p/q'), then a correction or bonus token -> commit, rolling the target's KV cache back
+-> ``_resync`` the drafter (re-tokenize the accepted text into its context, harvest n-grams, crop
+its KV cache). ``DecodeStats`` counts each round; with ``trace`` each round is kept as a
+``RoundTrace``. Backends are reached only through runtime.backends.base.Backend; this module
+imports numpy and the runtime's own small modules, nothing else.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
-from omnidraft.runtime.accept_head import NO_HEAD_FIX, log_sigmoid, may_stop, rejection_prob, validate_adaptive
-from omnidraft.runtime.backends.base import has_accept_head, last_row, last_row_accept
-from omnidraft.runtime.exact_proposal import FED_LOGIT, ExactNgrams, exact_ngrams
+from omnidraft.runtime.backends.base import last_row, last_row_accept
+from omnidraft.runtime.draft_length.head_file import require_head
+from omnidraft.runtime.draft_length.policy import policy_for, validate_adaptive
+from omnidraft.runtime.exact_proposal import ExactNgrams, exact_ngrams
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.sampling import draw, masked_argmax, residual, softmax
@@ -41,18 +46,24 @@ MODES = ("ngram", "dm", "target-only")
 NGRAM_SAMPLING = ("exact", "paper")
 
 
+class RandomSource(Protocol):
+    """Where the loop's uniform draws come from (``numpy.random.Generator`` is one); a caller that
+    records or replays draws passes its own."""
+
+    def random(self) -> float: ...
+
+
 @dataclass
 class DecodeConfig:
     max_new_tokens: int = 64
     temperature: float = 0.0
-    draft_len: int | str = 4  # K, or "auto": the drafter's acceptance head decides (issue #6)
+    draft_len: int | str = 4  # K, or "auto": the drafter's acceptance head decides
     mode: str = "ngram"
     seed: int = 0
     lookbehind: int = 8
     gamma: float = 0.5  # auto: stop once P(some drafted token is rejected) > gamma
-    max_draft_len: int = 16  # auto: K_max
+    max_draft_len: int = 16  # auto: K_max; 0 turns drafting off (the online controller sets it)
     splits: bool = True  # ngram mode, greedy: draft unmapped tokens the target spells with several
-    speculate: bool = True  # False: plain target steps (runtime.gamma turns drafting off where it loses)
     # auto: logit offsets per drafted token, learned online from past verifications (runtime.accept_online)
     accept_offsets: dict[int, float] | None = None
     ngram_sampling: str = "exact"  # temperature > 0, ngram mode: "exact" | "paper" (NGRAM_SAMPLING)
@@ -74,6 +85,11 @@ class DecodeConfig:
     def k_max(self) -> int:
         return self.max_draft_len if self.adaptive else self.draft_len
 
+    @property
+    def drafts(self) -> bool:
+        """The one test of "drafting off": the target-only mode, or a longest draft of 0."""
+        return self.mode != "target-only" and self.k_max > 0
+
     def validate(self) -> None:
         if self.mode not in MODES:
             raise InvalidArgument(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
@@ -87,7 +103,7 @@ class DecodeConfig:
             raise InvalidArgument(
                 f"unknown n-gram sampling rule {self.ngram_sampling!r}; choose one of {', '.join(NGRAM_SAMPLING)}"
             )
-        validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
+        validate_adaptive(self.draft_len, self.gamma, self.max_draft_len or 1)
         if self.max_new_tokens < 1:
             raise InvalidArgument(f"max new tokens must be >= 1 (got {self.max_new_tokens})")
 
@@ -109,6 +125,22 @@ class DecodeStats:
     drafter_seconds: float = 0.0
     target_seconds: float = 0.0
 
+    def record_round(self, tr: Translation, accepted: int, split: list[bool], added: int) -> None:
+        """Count one verified round: ``split`` marks the target tokens a split drafter token proposed."""
+        self.proposed += len(tr)
+        self.accepted += accepted
+        self.ngram_proposed += sum(key is not None for key in tr.keys)
+        self.ngram_hits += sum(key is not None for key in tr.keys[:accepted])
+        self.split_proposed += sum(split)
+        self.split_accepted += sum(split[:accepted])
+        self.ngram_added += added
+
+    def __iadd__(self, other: DecodeStats) -> DecodeStats:
+        """Sum another decode's counts and times into this one (a stream's total over its prompts)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.proposed if self.proposed else 0.0
@@ -128,12 +160,37 @@ class DecodeStats:
         return 1.0 - (self.drafter_seconds + self.target_seconds) / self.seconds if self.seconds else 0.0
 
 
+@dataclass(frozen=True)
+class RoundTrace:
+    """One verified round as tracing records it. The online controller replays rounds from the
+    timings and head logits, the acceptance head learns from draft/spans/accepted, and the Android
+    vectors keep every field but the timings (``TIMING``)."""
+
+    draft: list[int] = field(default_factory=list)  # drafter tokens, n-gram sub-tokens fed after a head included
+    target_ids: list[int] = field(default_factory=list)  # their translation, as verified
+    spans: list[tuple[int, int]] = field(default_factory=list)  # drafter positions [a, b) of each target token
+    merged: list[bool] = field(default_factory=list)  # target token i is a cached n-gram
+    accepted: int = 0  # target tokens accepted
+    extra: int = -1  # the correction or bonus token
+    committed: list[int] = field(default_factory=list)  # target tokens appended (cut at EOS / the budget)
+    uniforms: list[float] = field(default_factory=list)  # random draws, in order (sampling)
+    ngram_added: int = 0
+    drafter_cache_kept: int = 0  # drafter KV positions kept after the resync
+    context: list[int] = field(default_factory=list)  # the drafter's context the round drafted from
+    accept_logits: list[float] = field(default_factory=list)  # per drafted token (adaptive drafting)
+    drafter_call_seconds: list[float] = field(default_factory=list)
+    target_fed: int = 0  # tokens fed to the verification call
+    target_seconds: float = 0.0  # its time
+
+    TIMING: ClassVar[tuple[str, ...]] = ("drafter_call_seconds", "target_fed", "target_seconds")
+
+
 @dataclass
 class DecodeResult:
     text: str
     token_ids: list[int]
     stats: DecodeStats
-    rounds: list[dict] = field(default_factory=list)  # filled only when tracing
+    rounds: list[RoundTrace] = field(default_factory=list)  # filled only when tracing
 
 
 class SpeculativeDecoder:
@@ -186,10 +243,12 @@ class SpeculativeDecoder:
         on_text: Callable[[str], None] | None = None,
         trace: bool = False,
         on_verified: Callable[[list[int], np.ndarray], None] | None = None,
+        rng: RandomSource | None = None,
     ) -> DecodeResult:
         """Decode ``prompt``. ``on_verified(tokens, logits)`` receives each round's committed target
         tokens with the target logits rows they were accepted or drawn from (row i scores token i), so
-        online distillation reuses the verification passes instead of calling the target again."""
+        online distillation reuses the verification passes instead of calling the target again.
+        ``rng`` supplies the uniform draws (default: ``numpy.random.default_rng(cfg.seed)``)."""
         cfg.validate()
         if not prompt:
             raise InvalidArgument("the prompt is empty; pass some text with --prompt")
@@ -205,24 +264,30 @@ class SpeculativeDecoder:
             )
         if cfg.mode != "target-only" and self.drafter is None:
             raise InvalidArgument(f"mode {cfg.mode!r} needs a drafter; pass --drafter or use --mode target-only")
-        if cfg.adaptive and cfg.mode != "target-only" and not has_accept_head(self.drafter.backend):
-            be = self.drafter.backend.name
-            why = (
-                "ExecuTorch drafters do not carry an acceptance head yet; use an ONNX or Hugging Face drafter, "
-                "or a fixed --draft-len K"
-                if be == "executorch"
-                else NO_HEAD_FIX
-            )
-            raise InvalidArgument(
-                f"--draft-len auto needs a drafter with an acceptance head, and {self.drafter.path} has none; {why}"
-            )
-        run = _Run(self, prompt, ctx_p, cfg, on_text, trace)
+        if cfg.adaptive and cfg.mode != "target-only":
+            require_head(self.drafter.backend, self.drafter.path, "--draft-len auto")
+        run = _Run(self, prompt, ctx_p, cfg, on_text, trace, rng or np.random.default_rng(cfg.seed))
         run.on_verified = on_verified
-        return run.target_only() if cfg.mode == "target-only" or not cfg.speculate else run.speculative()
+        return run.speculative() if cfg.drafts else run.target_only()
+
+
+@dataclass
+class _Draft:
+    """What a round's drafting produced."""
+
+    context: list[int]  # the drafter's context it drafted from
+    tokens: list[int]
+    unfed: list[int]  # the tail drafted but not yet fed to the drafter
+    q_rows: list[np.ndarray]  # sampling: the drafter's distribution per drafted token
+    uniforms: list[float]
+    accept_logits: list[float]
+    call_seconds: list[float]  # per drafter call: the online controller replays shorter drafts from these
+    exact: ExactNgrams | None  # exact n-gram sampling: each drafted token stands for one target token
+    translation: Translation | None  # built while drafting under exact sampling
 
 
 class _Run:
-    """State of one generation (contexts, rng, stats)."""
+    """State of one generation (contexts, random source, stats)."""
 
     def __init__(
         self,
@@ -232,13 +297,14 @@ class _Run:
         cfg: DecodeConfig,
         on_text: Callable[[str], None] | None,
         trace: bool,
+        rng: RandomSource,
     ) -> None:
         self.dec, self.prompt, self.cfg, self.ctx_p, self.on_text = dec, prompt, cfg, ctx_p, on_text
         self.n_prompt = len(ctx_p)
         self.greedy = cfg.temperature == 0
-        self.rng = np.random.default_rng(cfg.seed)
+        self.rng = rng
         self.stats = DecodeStats()
-        self.rounds: list[dict] | None = [] if trace else None
+        self.rounds: list[RoundTrace] | None = [] if trace else None
         self.eos = dec.target.eos_ids
         self.text_out = bytearray()
         self.emitted = 0
@@ -304,182 +370,175 @@ class _Run:
         return self._result(t_start)
 
     def speculative(self) -> DecodeResult:
-        dec, cfg, st = self.dec, self.cfg, self.stats
-        drf, tgt, vocab = dec.drafter.backend, dec.target.backend, dec.vocab
-        cache = dec.cache if cfg.mode == "ngram" else None
-        dctx = DrafterContext(dec.drafter.codec, self.prompt, cfg.lookbehind)
-        if len(dctx.ids) >= drf.max_seq_len:
+        """The round: draft -> translate -> verify -> accept -> commit -> resync the drafter."""
+        drf = self.dec.drafter.backend
+        self.dctx = DrafterContext(self.dec.drafter.codec, self.prompt, self.cfg.lookbehind)
+        if len(self.dctx.ids) >= drf.max_seq_len:
             raise ContextOverflow(
-                f"the prompt is {len(dctx.ids)} drafter tokens but the drafter holds "
+                f"the prompt is {len(self.dctx.ids)} drafter tokens but the drafter holds "
                 f"{drf.max_seq_len}; shorten the prompt"
             )
         drf.reset()
+        self.cache = self.dec.cache if self.cfg.mode == "ngram" else None
+        self.policy = policy_for(self.cfg.draft_len, self.cfg.gamma, self.cfg.max_draft_len, self.cfg.accept_offsets)
         t_start = time.perf_counter()
         self._prefill()
-        text_pos = len(dctx.text)
+        self.text_pos = len(self.dctx.text)
         while not self.done:
-            # 1) Draft up to k tokens in the drafter's vocabulary (its KV cache holds ids_q[:cached]).
-            #    Adaptive (draft_len "auto"): stop once 1 - prod(P(accept)) > gamma, checked only where the
-            #    draft translates cleanly. A draft ending inside an n-gram (or on a sub-token with no direct
-            #    mapping) would lose its tail in translation and its product would count tokens the target
-            #    never sees, so drafting goes on until the tokens close a target token (or K_max, or the
-            #    tail can no longer become an n-gram); the product over those drafter tokens is then the
-            #    product over the merged target tokens.
-            mask = dec._draft_mask(cfg.mode, cfg.uses_splits)
-            exact = dec._exact_ngrams() if cfg.exact_ngrams else None
-            if exact is not None:  # each sampled drafter token stands for one target token (exact q')
-                mask, tr = exact.mask, Translation()
-            offsets = cfg.accept_offsets or {}
-            ids_q = dctx.ids
-            k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
-            feed, draft, q_rows, uniforms, log_acc, acc_p = ids_q[drf.cached_len :], [], [], [], 0.0, []
-            t0 = t_call = time.perf_counter()
-            call_seconds = []  # per drafter call: the gamma controller replays shorter drafts from these
-            for _ in range(k):
-                if drf.cached_len + len(feed) > drf.max_seq_len:
-                    break  # a fed n-gram tail filled the drafter's cache
-                if cfg.adaptive:
-                    logits, z = last_row_accept(drf, feed, drf.cached_len)
-                else:
-                    logits = last_row(drf, feed, drf.cached_len)
-                if self.greedy:
-                    d = masked_argmax(logits, mask)
-                else:
-                    q = softmax(logits, cfg.temperature, mask)
-                    uniforms.append(self.rng.random())
-                    d = draw(q, uniforms[-1])
-                    q_rows.append(q)
-                draft.append(d)
-                if cfg.adaptive:  # the head's logit for row r, plus the bias of the token drafted from it
-                    acc_p.append(z + drf.accept_bias(d) + offsets.get(d, 0.0))
-                    log_acc += log_sigmoid(acc_p[-1])
-                feed = [d]
-                if exact is not None:
-                    rest = exact.rest(d)
-                    tr.target_ids.append(int(vocab.d2t[d]) if vocab.d2t[d] >= 0 else exact.target[d])
-                    tr.spans.append((len(draft) - 1, len(draft) + len(rest)))
-                    tr.keys.append(exact.key.get(d))
-                    draft += rest
-                    feed += rest
-                    acc_p += [FED_LOGIT] * (len(rest) if cfg.adaptive else 0)
-                t_next = time.perf_counter()
-                call_seconds.append(t_next - t_call)
-                t_call = t_next
-                if (
-                    cfg.adaptive
-                    and len(draft) < k
-                    and rejection_prob(log_acc) > cfg.gamma
-                    and may_stop(
-                        (tr if exact is not None else translate(draft, vocab, cache, cfg.uses_splits)).spans,
-                        len(draft),
-                        cache.max_len if cache else 1,
-                    )
-                ):
-                    break
-            st.drafter_seconds += time.perf_counter() - t0
-            st.drafter_calls += len(draft)
-            # 2) Translate to target tokens: cached n-grams (longest first), else the direct map, else a
-            #    split. A split can yield many more target tokens than K: propose no more than the
-            #    budget and the target's KV cache can take (without splits, m <= K always fits). A
-            #    tighter cap (8 tokens) cost adapted code 10 % decode speed: long runs are mostly accepted.
-            if exact is None:
-                tr = translate(draft, vocab, cache, cfg.uses_splits)
-            if cfg.uses_splits:
-                room = max(
-                    0,
-                    min(tgt.max_seq_len - len(self.ctx_p), cfg.max_new_tokens - (len(self.ctx_p) - self.n_prompt)) - 1,
-                )
-                if len(tr) > room:
-                    tr = Translation(tr.target_ids[:room], tr.spans[:room], tr.keys[:room])
-            m = len(tr)
-            # 3) Verify all m with one target call; rows[j] scores tr[j], rows[m] the bonus position.
+            d = self._draft()
+            tr = self._translate(d)
             n_ctx = len(self.ctx_p)
-            fed = self.ctx_p[tgt.cached_len :] + tr.target_ids
-            t_verify = st.target_seconds
-            rows = self._target(fed)[-(m + 1) :]
-            t_verify = st.target_seconds - t_verify
-            # 4) Accept while the target agrees; then a correction (residual) or a bonus token.
-            j = 0
-            while j < m:
-                t = tr.target_ids[j]
-                if self.greedy:
-                    ok = int(np.argmax(rows[j])) == t
-                else:
-                    p = softmax(rows[j], cfg.temperature)
-                    uniforms.append(self.rng.random())
-                    q_t = (
-                        exact.prob(vocab, q_rows[j], t)
-                        if exact is not None
-                        else proposal_prob(j, tr, draft, q_rows, vocab)
-                    )
-                    ok = uniforms[-1] * q_t < p[t]
-                if not ok:
-                    break
-                j += 1
-            if j < m and not self.greedy:
-                if exact is not None:
-                    q_full = exact.lift(vocab, q_rows[j], rows.shape[-1])
-                else:
-                    q_full = q_prime_full(j, tr, draft, q_rows, vocab, rows.shape[-1])
-                uniforms.append(self.rng.random())
-                extra = draw(residual(p, q_full), uniforms[-1])
-            else:
-                extra = self._pick(rows[j])
-            # 5) Roll the target back to the accepted prefix; `extra` is fed at the next call.
-            tgt.rollback(n_ctx + j)
-            st.proposed += m
-            st.accepted += j
-            hits = [tr.keys[i] for i in range(j) if tr.keys[i] is not None]
-            st.ngram_proposed += sum(key is not None for key in tr.keys)
-            st.ngram_hits += len(hits)
-            if cfg.uses_splits:
-                split = [
-                    bool(b - a == 1 and tr.keys[i] is None and vocab.d2t[draft[a]] < 0)
-                    for i, (a, b) in enumerate(tr.spans)
-                ]
-                st.split_proposed += sum(split)
-                st.split_accepted += sum(split[:j])
+            rows, fed, t_verify = self._verify(tr)
+            j, extra = self._accept(d, tr, rows)
+            self.dec.target.backend.rollback(n_ctx + j)  # `extra` is fed at the next call
             new = self._commit(tr.target_ids[:j] + [extra])
             if self.on_verified is not None and new:
                 self.on_verified(new, rows[: len(new)])
-            # 6) Reverse translation: re-tokenize the accepted text for the drafter, harvest n-grams.
-            spelled = [dec.target.codec.spell([t]) for t in new]
-            spans = []
-            for t, b in zip(new, spelled):
-                spans.append((t, text_pos, text_pos + len(b)))
-                text_pos += len(b)
-            window = dctx.append(b"".join(spelled))
-            added = 0
-            if cache is not None:
-                for key in hits:
-                    cache.record_hit(key)
-                added = harvest_ngrams(window, spans, vocab, cache)
-                st.ngram_added += added
-            # Crop the drafter's cache to the common prefix of what it saw and the new context.
-            seen, now = ids_q + draft[: len(draft) - len(feed)], dctx.ids  # `feed` was drafted, never fed
-            lcp = 0
-            limit = min(drf.cached_len, len(now) - 1)
-            while lcp < limit and seen[lcp] == now[lcp]:
-                lcp += 1
-            drf.rollback(lcp)
+            added, kept = self._resync(d, tr, j, new)
+            self.stats.record_round(tr, j, self._splits(d, tr), added)
             if self.rounds is not None:
                 self.rounds.append(
-                    {
-                        "draft": draft,
-                        "target_ids": tr.target_ids,
-                        "spans": tr.spans,
-                        "merged": [k is not None for k in tr.keys],
-                        "accepted": j,
-                        "extra": extra,
-                        "committed": new,
-                        "uniforms": uniforms,
-                        "ngram_added": added,
-                        "drafter_cache_kept": lcp,
-                        "context": ids_q,
-                        "accept_logits": acc_p,
-                        "drafter_call_seconds": call_seconds,
-                        "target_fed": len(fed),
-                        "target_seconds": t_verify,
-                    }
-                )
+                    RoundTrace(
+                        d.tokens, tr.target_ids, tr.spans, [k is not None for k in tr.keys], j, extra, new,
+                        d.uniforms, added, kept, d.context, d.accept_logits, d.call_seconds, fed, t_verify,
+                    )
+                )  # fmt: skip
         return self._result(t_start)
+
+    def _draft(self) -> _Draft:
+        """Draft up to K drafter tokens from the drafter's context (its KV cache holds a prefix of it);
+        the draft-length policy says when to stop."""
+        dec, cfg, drf, vocab, policy = self.dec, self.cfg, self.dec.drafter.backend, self.dec.vocab, self.policy
+        mask = dec._draft_mask(cfg.mode, cfg.uses_splits)
+        exact = dec._exact_ngrams() if cfg.exact_ngrams else None
+        tr = None
+        if exact is not None:
+            mask, tr = exact.mask, Translation()
+        ids_q = self.dctx.ids
+        k = min(cfg.k_max, drf.max_seq_len - len(ids_q))
+        feed, draft, q_rows, uniforms, call_seconds = ids_q[drf.cached_len :], [], [], [], []
+        policy.begin()
+        max_ngram = self.cache.max_len if self.cache else 1
+
+        def spans() -> list[tuple[int, int]]:  # the draft so far, translated (the policy may ask)
+            return tr.spans if tr is not None else self._translate_draft(draft).spans
+
+        t0 = t_call = time.perf_counter()
+        for _ in range(k):
+            if drf.cached_len + len(feed) > drf.max_seq_len:
+                break  # a fed n-gram tail filled the drafter's cache
+            z = 0.0
+            if policy.uses_head:
+                logits, z = last_row_accept(drf, feed, drf.cached_len)
+            else:
+                logits = last_row(drf, feed, drf.cached_len)
+            if self.greedy:
+                t = masked_argmax(logits, mask)
+            else:
+                q = softmax(logits, cfg.temperature, mask)
+                uniforms.append(self.rng.random())
+                t = draw(q, uniforms[-1])
+                q_rows.append(q)
+            draft.append(t)
+            feed = [t]
+            rest = exact.rest(t) if exact is not None else ()
+            if exact is not None:  # the drafted head and its fed sub-tokens are one target token (exact q')
+                tr.target_ids.append(int(vocab.d2t[t]) if vocab.d2t[t] >= 0 else exact.target[t])
+                tr.spans.append((len(draft) - 1, len(draft) + len(rest)))
+                tr.keys.append(exact.key.get(t))
+                draft += rest
+                feed += rest
+            policy.drafted(t, z + drf.accept_bias(t) if policy.uses_head else z, len(rest))
+            t_next = time.perf_counter()
+            call_seconds.append(t_next - t_call)
+            t_call = t_next
+            if not policy.more(len(draft), k, spans, max_ngram):
+                break
+        self.stats.drafter_seconds += time.perf_counter() - t0
+        self.stats.drafter_calls += len(draft)
+        return _Draft(ids_q, draft, feed, q_rows, uniforms, policy.accept_logits, call_seconds, exact, tr)
+
+    def _translate_draft(self, draft: list[int]) -> Translation:
+        return translate(draft, self.dec.vocab, self.cache, self.cfg.uses_splits)
+
+    def _translate(self, d: _Draft) -> Translation:
+        """Drafter tokens -> target tokens: cached n-grams (longest first), else the direct map, else a
+        split. A split can yield many more target tokens than K, so no more are proposed than the
+        budget and the target's KV cache can take (without splits, m <= K always fits); long runs are
+        mostly accepted, so a tighter cap only costs speed."""
+        tr = d.translation if d.translation is not None else self._translate_draft(d.tokens)
+        if self.cfg.uses_splits:
+            used = len(self.ctx_p) - self.n_prompt
+            room = max(
+                0, min(self.dec.target.backend.max_seq_len - len(self.ctx_p), self.cfg.max_new_tokens - used) - 1
+            )
+            if len(tr) > room:
+                tr = Translation(tr.target_ids[:room], tr.spans[:room], tr.keys[:room])
+        return tr
+
+    def _verify(self, tr: Translation) -> tuple[np.ndarray, int, float]:
+        """One target call over the unverified context and the m proposed tokens; row j scores
+        tr[j], row m the bonus position. Returns (rows, tokens fed, seconds)."""
+        fed = self.ctx_p[self.dec.target.backend.cached_len :] + tr.target_ids
+        t0 = self.stats.target_seconds
+        rows = self._target(fed)[-(len(tr) + 1) :]
+        return rows, len(fed), self.stats.target_seconds - t0
+
+    def _accept(self, d: _Draft, tr: Translation, rows: np.ndarray) -> tuple[int, int]:
+        """Accept while the target agrees (greedy: its argmax; sampling: u < p/q'), then a correction
+        drawn from the residual max(0, p - q') or the bonus token. Returns (accepted, extra)."""
+        j, m, vocab, exact = 0, len(tr), self.dec.vocab, d.exact
+        while j < m:
+            t = tr.target_ids[j]
+            if self.greedy:
+                ok = int(np.argmax(rows[j])) == t
+            else:
+                p = softmax(rows[j], self.cfg.temperature)
+                d.uniforms.append(self.rng.random())
+                if exact is not None:
+                    q_t = exact.prob(vocab, d.q_rows[j], t)
+                else:
+                    q_t = proposal_prob(j, tr, d.tokens, d.q_rows, vocab)
+                ok = d.uniforms[-1] * q_t < p[t]
+            if not ok:
+                break
+            j += 1
+        if j == m or self.greedy:
+            return j, self._pick(rows[j])
+        if exact is not None:
+            q_full = exact.lift(vocab, d.q_rows[j], rows.shape[-1])
+        else:
+            q_full = q_prime_full(j, tr, d.tokens, d.q_rows, vocab, rows.shape[-1])
+        d.uniforms.append(self.rng.random())
+        return j, draw(residual(p, q_full), d.uniforms[-1])
+
+    def _splits(self, d: _Draft, tr: Translation) -> list[bool]:
+        """Which proposed target tokens came from a split drafter token."""
+        if not self.cfg.uses_splits:
+            return []
+        d2t = self.dec.vocab.d2t
+        return [bool(b - a == 1 and tr.keys[i] is None and d2t[d.tokens[a]] < 0) for i, (a, b) in enumerate(tr.spans)]
+
+    def _resync(self, d: _Draft, tr: Translation, j: int, new: list[int]) -> tuple[int, int]:
+        """Re-tokenize the committed text into the drafter's context, harvest n-grams from it, and crop
+        the drafter's KV cache to the common prefix of what it saw and the new context.
+        Returns (n-grams added, drafter positions kept)."""
+        codec, drf, cache = self.dec.target.codec, self.dec.drafter.backend, self.cache
+        spelled = [codec.spell([t]) for t in new]
+        spans = []
+        for t, b in zip(new, spelled):
+            spans.append((t, self.text_pos, self.text_pos + len(b)))
+            self.text_pos += len(b)
+        window = self.dctx.append(b"".join(spelled))
+        added = 0
+        if cache is not None:
+            for key in tr.keys[:j]:
+                if key is not None:
+                    cache.record_hit(key)
+            added = harvest_ngrams(window, spans, self.dec.vocab, cache)
+        seen, now = d.context + d.tokens[: len(d.tokens) - len(d.unfed)], self.dctx.ids
+        lcp, limit = 0, min(drf.cached_len, len(now) - 1)
+        while lcp < limit and seen[lcp] == now[lcp]:
+            lcp += 1
+        drf.rollback(lcp)
+        return added, lcp

@@ -22,7 +22,10 @@ if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnx
    || [ pyproject.toml -nt .venv/.omnidraft-installed ]; then
   echo "[setup] installing Python dependencies (a few minutes the first time)" >&2
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -m pip install -q -e ".[test,fleet]" 2>&1 | grep -v "^WARNING: Location" || true
+  # setuptools warns on every editable install that a folder named like the package may shadow it:
+  # here that folder is the package itself.
+  PYTHONWARNINGS="ignore:Editable installation" \
+    .venv/bin/python -m pip install -q -e ".[test,fleet]" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis, flwr"
   touch .venv/.omnidraft-installed
 fi

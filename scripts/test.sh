@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test command (README and CI): install what is missing, run the Python tests, then the Java core.
+# The test command (README and CI): install what is missing, lint, run the Python tests, then the Java core.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OMNIDRAFT_SKIP_MODELS=1 bash scripts/setup.sh || { echo "setup failed" >&2; exit 1; }
+.venv/bin/ruff check . && .venv/bin/ruff format --check . || { echo "ruff: run .venv/bin/ruff check --fix . && .venv/bin/ruff format ." >&2; exit 1; }
 .venv/bin/python -m pytest -p no:cacheprovider tests  # -q comes from pyproject; -qq would hide the summary line
 py=$?
 bash android_demo/ci/test_core.sh

@@ -47,11 +47,26 @@ def tiny_export(tmp_path_factory, tokenizer_path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory, tokenizer_path) -> tuple[Path, Path]:
-    """(drafter, target) tiny random models over real vocabularies: Llama/llama-spm and Qwen2/gpt-2."""
+def make_tiny_pair(tmp_path_factory, tokenizer_path) -> Callable[[int], tuple[Path, Path]]:
+    """Target context length -> (drafter, target): tiny random models over real vocabularies that
+    differ (Llama/llama-spm drafter, Qwen2/gpt-2 target), built once per length and shared by the
+    tests that only read them."""
     from tiny_models import make_tiny_model
 
-    root = tmp_path_factory.mktemp("tiny-pair")
-    d = make_tiny_model(root / "drafter", "llama", tokenizer_path("llama-spm"), seed=1)
-    t = make_tiny_model(root / "target", "qwen2", tokenizer_path("gpt-2"), seed=2, max_pos=128)
-    return d, t
+    built: dict[int, tuple[Path, Path]] = {}
+
+    def make(target_max_pos: int = 512) -> tuple[Path, Path]:
+        if target_max_pos not in built:
+            root = tmp_path_factory.mktemp(f"tiny-pair-{target_max_pos}")
+            d = make_tiny_model(root / "drafter", "llama", tokenizer_path("llama-spm"), seed=1)
+            t = make_tiny_model(root / "target", "qwen2", tokenizer_path("gpt-2"), seed=2, max_pos=target_max_pos)
+            built[target_max_pos] = (d, t)
+        return built[target_max_pos]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(make_tiny_pair) -> tuple[Path, Path]:
+    """(drafter, target) tiny random models over real vocabularies, the target holding 128 positions."""
+    return make_tiny_pair(128)

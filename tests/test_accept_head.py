@@ -1,4 +1,4 @@
-"""Adaptive drafting (issue #6): the head's files and identity, the stopping rule, the loop with
+"""Adaptive drafting: the head's files and identity, the stopping rule, the loop with
 ``--draft-len auto`` on the torch and ORT backends (greedy output identical to target-only), and the
 ONNX export with the head inside the graph."""
 
@@ -14,17 +14,15 @@ import torch
 from tiny_models import ScriptedDrafter, make_tiny_model
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import (
-    AcceptHeadError,
-    drafter_identity,
+from omnidraft.runtime.draft_length.head_file import AcceptHeadError, drafter_identity, read_head
+from omnidraft.runtime.draft_length.head_model import AcceptHead, load_head, save_head
+from omnidraft.runtime.draft_length.policy import (
     log_sigmoid,
     may_stop,
     parse_draft_len,
-    read_head,
     rejection_prob,
     validate_adaptive,
 )
-from omnidraft.runtime.head_model import AcceptHead, load_head, save_head
 from omnidraft.runtime.loader import LoadedModel, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
@@ -145,16 +143,16 @@ def test_loop_stops_when_the_product_passes_gamma(pair):
     for gamma, k in ((0.5, 7), (0.2, 3), (0.95, 16)):
         dec, prompt, fake = _scripted(pair, [0.9])
         out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=gamma, mode="dm"), trace=True)
-        assert len(out.rounds[0]["draft"]) == k
+        assert len(out.rounds[0].draft) == k
         assert out.stats.drafter_calls >= k
     dec, prompt, fake = _scripted(pair, [0.9])
     out = dec.generate(
         prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, max_draft_len=4, mode="dm"), trace=True
     )
-    assert len(out.rounds[0]["draft"]) == 4  # K_max bounds it
+    assert len(out.rounds[0].draft) == 4  # K_max bounds it
     dec, prompt, _ = _scripted(pair, [0.01])
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.99, mode="dm"), trace=True)
-    assert len(out.rounds[0]["draft"]) == 1  # K >= 1 even when the first token is hopeless
+    assert len(out.rounds[0].draft) == 1  # K >= 1 even when the first token is hopeless
 
 
 def test_loop_adds_the_drafted_tokens_bias(pair):
@@ -166,17 +164,17 @@ def test_loop_adds_the_drafted_tokens_bias(pair):
     dec, prompt, _ = _scripted(pair, [0.9], biases={third: -12.0})
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, mode="dm"), trace=True)
     r = out.rounds[0]
-    assert r["draft"][2] == third and len(r["draft"]) == 3
-    assert r["accept_logits"][2] == pytest.approx(math.log(0.9 / 0.1) - 12.0, abs=1e-5)
-    assert r["accept_logits"][0] == pytest.approx(math.log(0.9 / 0.1), abs=1e-5)
-    # The online offsets (runtime/accept_online.py, via the gamma controller) act the same way.
+    assert r.draft[2] == third and len(r.draft) == 3
+    assert r.accept_logits[2] == pytest.approx(math.log(0.9 / 0.1) - 12.0, abs=1e-5)
+    assert r.accept_logits[0] == pytest.approx(math.log(0.9 / 0.1), abs=1e-5)
+    # The online offsets (runtime/draft_length/calibration.py, via the gamma controller) act the same way.
     dec, prompt, _ = _scripted(pair, [0.9])
     out = dec.generate(
         prompt,
         DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5, mode="dm", accept_offsets={third: -12.0}),
         trace=True,
     )
-    assert len(out.rounds[0]["draft"]) == 3
+    assert len(out.rounds[0].draft) == 3
 
 
 def test_loop_does_not_stop_inside_a_merged_ngram(pair):
@@ -192,12 +190,12 @@ def test_loop_does_not_stop_inside_a_merged_ngram(pair):
     dec.cache.observe((nl, nl), nn[0])
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5), trace=True)
     r = out.rounds[0]
-    assert len(r["draft"]) == 3 and r["spans"] == [(0, 1), (1, 3)] and r["merged"] == [False, True]
+    assert len(r.draft) == 3 and r.spans == [(0, 1), (1, 3)] and r.merged == [False, True]
     # Without the n-gram the '\n' could never be proposed: a tail as long as the longest n-gram stops it.
     dec, prompt, fake = _scripted(pair, [0.9], text=" the\n\nend of it", cache=True)
     dec.cache.observe((nl, nl), nn[0])
     out = dec.generate(prompt, DecodeConfig(max_new_tokens=8, draft_len="auto", gamma=0.5), trace=True)
-    assert out.rounds[0]["spans"][-1][1] == len(out.rounds[0]["draft"])
+    assert out.rounds[0].spans[-1][1] == len(out.rounds[0].draft)
 
 
 # -- head files and identity ---------------------------------------------------------------------------
@@ -281,7 +279,7 @@ def _check_greedy(dec: SpeculativeDecoder) -> int:
                 prompt, DecodeConfig(max_new_tokens=16, draft_len="auto", gamma=gamma, max_draft_len=2 + i), trace=True
             )
             assert out.token_ids == ref.token_ids and out.text == ref.text, (prompt, gamma)
-            lens = [len(r["draft"]) for r in out.rounds]
+            lens = [len(r.draft) for r in out.rounds]
             assert all(1 <= n <= 2 + i for n in lens)
             drafted += sum(lens)
     return drafted
@@ -296,13 +294,13 @@ def test_greedy_auto_identical_torch(pair):
 
 
 def test_drafting_turned_off_decodes_with_the_target_alone(pair):
-    # runtime.gamma turns drafting off (speculate False) where plain steps are faster: same tokens,
+    # the online controller turns drafting off (K_max 0) where plain steps are faster: same tokens,
     # no drafter call, one target call per token.
     d, t, head_dir, _ = pair
     dec = SpeculativeDecoder(load_model(t), load_model(d, accept_head=head_dir))
     for prompt in PROMPTS[:2]:
         ref = dec.generate(prompt, DecodeConfig(max_new_tokens=12, mode="target-only"))
-        off = dec.generate(prompt, DecodeConfig(max_new_tokens=12, draft_len="auto", speculate=False), trace=True)
+        off = dec.generate(prompt, DecodeConfig(max_new_tokens=12, draft_len="auto", max_draft_len=0), trace=True)
         assert off.token_ids == ref.token_ids and off.stats.drafter_calls == 0 and not off.rounds
         assert off.stats.steps == len(off.token_ids)
 
@@ -408,7 +406,7 @@ def test_sampling_with_auto_runs_and_is_seeded(pair):
     cfg = DecodeConfig(max_new_tokens=12, temperature=0.8, draft_len="auto", gamma=0.6, seed=3)
     a, b = dec.generate(PROMPTS[1], cfg, trace=True), dec.generate(PROMPTS[1], cfg)
     assert a.token_ids == b.token_ids and len(a.token_ids) == 12
-    assert all(len(r["accept_logits"]) == len(r["draft"]) for r in a.rounds)
+    assert all(len(r.accept_logits) == len(r.draft) for r in a.rounds)
 
 
 def test_cli_export_refuses_a_foreign_head_in_one_line(pair, tmp_path, capsys):

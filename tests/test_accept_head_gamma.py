@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.gamma import GammaController
+from omnidraft.runtime.draft_length.controller import GammaController
+from omnidraft.runtime.speculative import DecodeConfig, RoundTrace
 
 DRAFT_S, VERIFY_S, PER_TOKEN_S, OTHER_S = 1.0e-3, 2.0e-3, 0.8e-3, 0.3e-3
 PLAIN_OTHER_S = 0.05e-3  # a plain target step's loop overhead (no translation, no drafter context)
@@ -41,7 +42,7 @@ def _positions(rng: random.Random, n: int) -> list[tuple[float, bool]]:
 
 def _prompt(rng: random.Random, gamma: float, cap: int, head: str, tokens: int = 64) -> SimpleNamespace:
     """Decode one prompt at (gamma, cap) the way the loop does, with simulated costs (cap 0: plain
-    target steps, untraced, as the loop decodes with ``speculate`` False)."""
+    target steps, untraced, as the loop decodes with K_max 0)."""
     pos_info = _positions(rng, tokens + 40)
     if cap == 0:
         target_s = (VERIFY_S + PER_TOKEN_S) * tokens
@@ -64,17 +65,17 @@ def _prompt(rng: random.Random, gamma: float, cap: int, head: str, tokens: int =
             j += 1
         target_s = VERIFY_S + PER_TOKEN_S * (n + 1)
         rounds.append(
-            {
-                "draft": list(range(n)),
-                "target_ids": list(range(n)),
-                "spans": [(i, i + 1) for i in range(n)],
-                "accepted": j,
-                "committed": list(range(j + 1)),
-                "accept_logits": z,
-                "drafter_call_seconds": [DRAFT_S] * n,
-                "target_fed": n + 1,
-                "target_seconds": target_s,
-            }
+            RoundTrace(
+                draft=list(range(n)),
+                target_ids=list(range(n)),
+                spans=[(i, i + 1) for i in range(n)],
+                accepted=j,
+                committed=list(range(j + 1)),
+                accept_logits=z,
+                drafter_call_seconds=[DRAFT_S] * n,
+                target_fed=n + 1,
+                target_seconds=target_s,
+            )
         )
         seconds += DRAFT_S * n + target_s + OTHER_S
         pos += j + 1
@@ -156,9 +157,9 @@ def test_turns_drafting_off_where_plain_steps_are_faster():
     assert probes and all(p == ctl._resume and p[1] >= 1 for p in probes), (probes, ctl._resume)
     tail = [rate(h["gamma"], h["k_max"]) for h in ctl.history[-10:]]
     assert sum(tail) / len(tail) >= 0.95 * rate(0.5, 0)
-    cfg = SimpleNamespace()
+    cfg = DecodeConfig(draft_len="auto")
     ctl.configure(cfg)
-    assert (cfg.speculate, cfg.max_draft_len) == (ctl.k_max > 0, max(1, ctl.k_max))
+    assert (cfg.drafts, cfg.max_draft_len) == (ctl.k_max > 0, ctl.k_max)
     # Without allow_off it stays within [1, K_max].
     ctl = GammaController(gamma=0.5, k_max=16, window=2, allow_off=False)
     for _ in range(40):
@@ -196,9 +197,9 @@ def test_replay_needs_a_trace_and_is_deterministic():
         a.observe(res)
         b.observe(res)
     assert a.history == b.history and len(a.history) == 3
-    cfg = SimpleNamespace(gamma=None, max_draft_len=None)
+    cfg = DecodeConfig(draft_len="auto")
     a.configure(cfg)
-    assert (cfg.gamma, cfg.max_draft_len, cfg.speculate) == (a.gamma, max(1, a.k_max), a.k_max > 0)
+    assert (cfg.gamma, cfg.max_draft_len, cfg.drafts) == (a.gamma, a.k_max, a.k_max > 0)
 
 
 def test_never_drafts_longer_than_its_k_limit():

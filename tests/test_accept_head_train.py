@@ -13,8 +13,8 @@ from tiny_models import make_tiny_model
 from omnidraft.adapt.head import HeadRecord, HeadTrainer, calibration, head_loss, labels
 from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
 from omnidraft.cli import main
-from omnidraft.runtime.accept_head import drafter_identity, read_head
-from omnidraft.runtime.head_model import AcceptHead
+from omnidraft.runtime.draft_length.head_file import drafter_identity, read_head
+from omnidraft.runtime.draft_length.head_model import AcceptHead
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
@@ -263,7 +263,7 @@ def test_cli_generate_bad_inputs(pair, capsys, argv, needle):
 
 
 def test_cli_generate_refuses_a_head_of_another_drafter(pair, tmp_path, capsys):
-    from omnidraft.runtime.head_model import save_head
+    from omnidraft.runtime.draft_length.head_model import save_head
 
     d, t, _ = pair
     other = make_tiny_model(tmp_path / "other", "llama", d, seed=9)

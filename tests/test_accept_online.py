@@ -1,8 +1,9 @@
 """Per-drafted-token corrections of the acceptance head, learned online from verified rounds
-(runtime/accept_online.py), and their hand-off to the loop through the gamma controller."""
+(runtime/draft_length/calibration.py), and their hand-off to the loop through the gamma controller."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from types import SimpleNamespace
@@ -10,14 +11,14 @@ from types import SimpleNamespace
 import pytest
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_online import TokenCalibration
-from omnidraft.runtime.gamma import GammaController
-from omnidraft.runtime.speculative import DecodeConfig
+from omnidraft.runtime.draft_length.calibration import TokenCalibration
+from omnidraft.runtime.draft_length.controller import GammaController
+from omnidraft.runtime.speculative import DecodeConfig, RoundTrace
 
 
 def _round(tokens, z, accepted, spans=None):
     spans = spans or [(i, i + 1) for i in range(len(tokens))]
-    return {"draft": list(tokens), "spans": spans, "accepted": accepted, "accept_logits": list(z)}
+    return RoundTrace(draft=list(tokens), spans=spans, accepted=accepted, accept_logits=list(z))
 
 
 def _sigmoid(x: float) -> float:
@@ -80,15 +81,13 @@ def test_offsets_are_bounded_and_can_be_turned_off():
 
 def test_the_controller_hands_its_offsets_to_the_loop():
     def result(tok, acc):
-        r = _round([tok], [0.0], acc)
-        r.update(
-            {
-                "target_ids": [tok],
-                "committed": [0] * (acc + 1),
-                "drafter_call_seconds": [1e-3],
-                "target_fed": 2,
-                "target_seconds": 2e-3,
-            }
+        r = dataclasses.replace(
+            _round([tok], [0.0], acc),
+            target_ids=[tok],
+            committed=[0] * (acc + 1),
+            drafter_call_seconds=[1e-3],
+            target_fed=2,
+            target_seconds=2e-3,
         )
         return SimpleNamespace(rounds=[r], stats=SimpleNamespace(steps=1, decode_seconds=4e-3, new_tokens=acc + 1))
 

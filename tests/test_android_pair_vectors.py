@@ -1,4 +1,4 @@
-"""Bundled-pair loop vectors (export/android_pair_vectors.py) that the Java core replays.
+"""Bundled-pair loop vectors (android_demo/vectors/pair.py) that the Java core replays.
 
 Torch's CPU numerics are not bit-reproducible across machines and thread counts, so the committed
 file is not compared with a fresh recording; instead the stored rows are run through the current
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from tiny_models import make_tiny_model
 
-from omnidraft.export import android_pair_vectors as apv
-from omnidraft.export import android_vectors as av
+from omnidraft.android import pair as apv
+from omnidraft.android import vectors as av
 from omnidraft.runtime.sampling import softmax
 from omnidraft.runtime.tokenizer import load_codec
 

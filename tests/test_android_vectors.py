@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from omnidraft.export import android_vectors as av
+from omnidraft.android import vectors as av
 
 
 def _load(path):

@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-from tiny_models import make_tiny_model
 
 from omnidraft.bench import engine as engine_mod
 from omnidraft.bench.bench import METHODS
@@ -45,11 +44,8 @@ PEER_FIELDS = ("stream", "name", "tokens_per_s", "speedup_vs_hf_target_only", "o
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory, tokenizer_path):
-    root = tmp_path_factory.mktemp("bench-models")
-    d = make_tiny_model(root / "drafter", "llama", tokenizer_path("llama-spm"), seed=1)
-    t = make_tiny_model(root / "target", "qwen2", tokenizer_path("gpt-2"), seed=2)
-    return d, t
+def pair(make_tiny_pair):
+    return make_tiny_pair(512)
 
 
 def _argv(pair, out, *extra):
@@ -441,7 +437,7 @@ def test_adaptive_row_controller_is_tuned_on_train_prompts_after_the_pass(pair, 
 
     from omnidraft.adapt.head import AcceptHead
     from omnidraft.bench.bench import Bench, BenchSettings
-    from omnidraft.runtime.gamma import GammaController
+    from omnidraft.runtime.draft_length.controller import GammaController
 
     d, t = pair
     eng = engine_mod.Engine("torch", d, t, 1)

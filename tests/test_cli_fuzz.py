@@ -47,10 +47,10 @@ WORK = {  # (module, attribute path) where each command's real work starts
     "adapt": [("omnidraft.adapt.online", "OnlineAdapter.__init__")],
     "bench": [("omnidraft.bench.bench", "run_bench")],
     "bench-adaptive": [("omnidraft.bench.adaptive", "AdaptiveBench.run")],
-    "bench-export": [("omnidraft.export.bench", "run_bench")],
+    "bench-export": [("omnidraft.bench.export_timing", "run_bench")],
     "demo": [("omnidraft.bench.demo", "run_demo")],
     "android-vectors": [
-        ("omnidraft.export.android_vectors", name)
+        ("omnidraft.android.vectors", name)
         for name in ("write_tokenizer_vectors", "write_loop_vectors", "write_pair_vectors")
     ],
     "streams": [("omnidraft.models.streams", "load_stream")],

@@ -12,11 +12,8 @@ from omnidraft.cli import main
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory, tokenizer_path):
-    root = tmp_path_factory.mktemp("cli")
-    d = make_tiny_model(root / "drafter", "llama", tokenizer_path("llama-spm"), seed=1)
-    t = make_tiny_model(root / "target", "qwen2", tokenizer_path("gpt-2"), seed=2, max_pos=64)
-    return d, t
+def pair(make_tiny_pair):
+    return make_tiny_pair(64)
 
 
 def run(capsys, *argv):

@@ -105,7 +105,7 @@ def test_trimmed_drafter_drafts_only_kept_tokens_and_output_is_exact(pair):
             )
             if temp == 0:
                 assert out.token_ids == ref.token_ids, prompt
-            drafted += [d for r in out.rounds for d in r["draft"]]
+            drafted += [d for r in out.rounds for d in r.draft]
     assert drafted and set(drafted) <= kept
 
 

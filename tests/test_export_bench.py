@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from tiny_models import make_tiny_model
 
+from omnidraft.bench.export_timing import plan
 from omnidraft.cli import main
 from omnidraft.errors import InvalidArgument
-from omnidraft.export.bench import plan
 
 GPT2 = Path(__file__).resolve().parents[1] / "models" / "tokenizers" / "gpt2"
 

@@ -106,8 +106,8 @@ def test_greedy_speculative_through_genai_graphs_equals_target_only(built, draft
 def test_an_acceptance_head_rides_in_the_builder_graph(built, tmp_path):
     from test_accept_head import random_head
 
-    from omnidraft.runtime.accept_head import drafter_identity
-    from omnidraft.runtime.head_model import save_head
+    from omnidraft.runtime.draft_length.head_file import drafter_identity
+    from omnidraft.runtime.draft_length.head_model import save_head
 
     d = built["drafter"]
     vocab = json.loads((d / "config.json").read_text())["vocab_size"]

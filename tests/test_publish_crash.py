@@ -169,7 +169,7 @@ def adapter(tmp_path_factory, tokenizer_path):
 def _state(ad) -> dict:
     """What a later run reads from the state folder; raises if any part is damaged or mismatched."""
     from omnidraft.adapt import delta
-    from omnidraft.runtime.accept_head import check_belongs, drafter_identity, read_head
+    from omnidraft.runtime.draft_length.head_file import check_belongs, drafter_identity, read_head
     from omnidraft.runtime.loader import check_hf_folder
     from omnidraft.runtime.model_checks import check_weights
 

@@ -142,7 +142,7 @@ def test_split_drafter_tokens_propose_several_target_tokens_and_stay_exact(model
     assert on.token_ids == ref.token_ids
     assert on.stats.split_accepted >= 8 and on.stats.split_proposed >= on.stats.split_accepted
     assert type(on.stats.split_accepted) is int  # JSON-serialisable counters (generate --json)
-    assert any(len(r["target_ids"]) > len(r["draft"]) for r in on.rounds)  # one drafter token, many target tokens
+    assert any(len(r.target_ids) > len(r.draft) for r in on.rounds)  # one drafter token, many target tokens
     # The adaptation buffer labels each whole split token in the NLL term (next to n-gram sub-tokens).
     from omnidraft.adapt.buffer import Collector
 
@@ -176,7 +176,7 @@ def test_target_budget_caps_a_long_split(models):
         ref = SpeculativeDecoder(tgt).generate(prompt, DecodeConfig(max_new_tokens=budget, mode="target-only"))
         out = dec.generate(prompt, DecodeConfig(max_new_tokens=budget, draft_len=2), trace=True)
         assert out.token_ids == ref.token_ids and len(out.token_ids) == budget
-        assert all(len(r["target_ids"]) < budget for r in out.rounds)
+        assert all(len(r.target_ids) < budget for r in out.rounds)
 
 
 # ---- sampling: the acceptance rule (paper Eq. 1-2) tested statistically -----------------------------

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from omnidraft.commands._decoding import add_draft_length, add_no_splits
+
 HELP = "adapt the drafter online to a target on a prompt stream (hybrid distillation, LoRA or full FT)"
 
 
@@ -39,21 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="temperature of the target distribution in the reverse KL (1 = the model's own)",
     )
-    p.add_argument(
-        "--no-splits",
-        action="store_true",
-        help="translate as the paper does (no split drafter tokens in the loop, no split labels in the NLL term)",
-    )
+    add_no_splits(p)
     p.add_argument("--engine", default="executorch", help="LoRA gradients from executorch (training runtime) | eager")
     p.add_argument("--seq-len", type=int, default=256, help="drafter tokens per training row (program shape)")
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument(
-        "--draft-len", default="4", metavar="K", help="drafter tokens per round, or 'auto' (acceptance head)"
-    )
-    p.add_argument(
-        "--gamma", type=float, default=0.5, help="auto: stop drafting once P(a rejection) > gamma, in (0, 1)"
-    )
-    p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft")
+    add_draft_length(p)
     p.add_argument(
         "--train-head",
         action="store_true",
@@ -120,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from omnidraft.adapt.online import AdaptConfig
     from omnidraft.adapt.run import adapt_stream
-    from omnidraft.runtime.accept_head import parse_draft_len
+    from omnidraft.runtime.draft_length.policy import parse_draft_len
 
     formats = tuple(f for f in args.export.split(",") if f)
     bad = [f for f in formats if f not in ("onnx", "executorch")]

@@ -10,7 +10,7 @@ HELP = "write tokenizer and speculative-loop vectors for android_demo/specdecode
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from omnidraft.export.android_vectors import VECTOR_DIR
+    from omnidraft.android.vectors import VECTOR_DIR
 
     p.add_argument("--out", type=Path, default=VECTOR_DIR, help=f"output folder (default: {VECTOR_DIR})")
     p.add_argument(
@@ -26,12 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from omnidraft.errors import InvalidArgument
-    from omnidraft.export.android_vectors import (
+    from omnidraft.android.vectors import (
         write_loop_vectors,
         write_pair_vectors,
         write_tokenizer_vectors,
     )
+    from omnidraft.errors import InvalidArgument
 
     if args.top_n is not None and not 1 <= args.top_n <= 4096:
         raise InvalidArgument(f"--top-n must be between 1 and 4096 (got {args.top_n}); 32 keeps the files small")

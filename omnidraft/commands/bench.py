@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from omnidraft.commands import usable_cpus
+from omnidraft.commands._decoding import add_draft_length, add_no_splits
 
 HELP = "benchmark methods, peers (HF assisted generation, prompt lookup) and the n-gram cache; JSON + tables + plots"
 
@@ -67,11 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "llama-cpp-python, extra `peers`), or 'none'",
     )
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
-    p.add_argument(
-        "--no-splits",
-        action="store_true",
-        help="translate as the paper does: no split drafter tokens in the greedy ngram rows (for the ablation)",
-    )
+    add_no_splits(p)
     p.add_argument(
         "--draft-vocab",
         type=int,
@@ -87,12 +84,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "use, as on a device; on a CPU shared with other jobs use 1; 0 keeps each library's default; "
         "ONNX Runtime drafters always run on one thread)",
     )
-    p.add_argument(
-        "--gamma",
-        type=float,
-        default=0.5,
-        help="hybrid+adaptive row: initial stopping threshold of "
-        "adaptive drafting (--draft-len auto), tuned online from tokens/s",
+    add_draft_length(
+        p,
+        draft_len=None,
+        max_draft_len=False,
+        gamma_help="hybrid+adaptive row: initial stopping threshold of adaptive drafting (--draft-len auto), "
+        "tuned online from tokens/s",
     )
     p.add_argument("--out", type=Path, default=Path("reports/bench"), help="report folder (bench.json, bench.md, PNGs)")
 

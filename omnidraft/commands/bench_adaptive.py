@@ -1,4 +1,4 @@
-"""`omnidraft bench-adaptive`: fixed draft lengths K vs adaptive drafting (issue #6), one table per stream."""
+"""`omnidraft bench-adaptive`: fixed draft lengths K vs adaptive drafting, one table per stream."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from omnidraft.commands import usable_cpus
+from omnidraft.commands._decoding import add_draft_length
 
 HELP = "fixed draft lengths vs adaptive drafting (acceptance head, joint/interleaved): tables, calibration plot"
 
@@ -30,7 +31,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="none (head only, drafter frozen: every row drafts with the same "
         "weights) | hybrid | dm (distil the drafter too; fixed-K rows then run on each variant's drafter)",
     )
-    p.add_argument("--gamma", type=float, default=0.5, help="initial stopping threshold in (0, 1)")
     p.add_argument(
         "--fixed-gamma", action="store_true", help="keep gamma and K_max fixed instead of tuning them online"
     )
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep K within [1, K_max]: never turn drafting off, even where the target alone is faster",
     )
-    p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX")
+    add_draft_length(p, draft_len=None)  # --gamma: where tuning starts
     p.add_argument("--head-steps", type=int, default=8, help="AdamW steps per head update")
     p.add_argument(
         "--head-lr",

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from omnidraft.export.bench import run_bench
+    from omnidraft.bench.export_timing import run_bench
     from omnidraft.models.sources import resolve
 
     result = run_bench(
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         args.et_path,
         args.threads or None,
     )
-    from omnidraft.export.bench import markdown
+    from omnidraft.bench.export_timing import markdown
 
     print(markdown(result), end="")
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from omnidraft.commands._decoding import add_draft_length
+
 HELP = (
     "run the bundled drafter against the real targets (Qwen2.5-Coder-0.5B-Instruct on code and math, Gemma 3 270M "
     "on text): export, speculative decoding vs target-only, an online adaptation pass, report"
@@ -30,15 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--prompts", type=int, help="held-out prompts per stream")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument(
-        "--draft-len",
-        default="2",
-        metavar="K",
-        help="drafter tokens per round, or 'auto': the adaptation "
-        "pass also trains the acceptance head and the adapted row stops drafting by it",
-    )
-    p.add_argument(
-        "--gamma", type=float, default=0.5, help="auto: initial stopping threshold in (0, 1), tuned during adaptation"
+    add_draft_length(
+        p,
+        draft_len="2",
+        max_draft_len=False,
+        gamma_help="auto: initial stopping threshold in (0, 1), tuned during adaptation",
     )
     p.add_argument(
         "--adapt-prompts",
@@ -62,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from omnidraft.bench.demo import DemoSettings, main_print, run_demo
     from omnidraft.errors import InvalidArgument
-    from omnidraft.runtime.accept_head import parse_draft_len, validate_adaptive
+    from omnidraft.runtime.draft_length.policy import parse_draft_len, validate_adaptive
 
     draft_len = parse_draft_len(args.draft_len)
     validate_adaptive(draft_len, args.gamma, 16)

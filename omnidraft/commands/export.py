@@ -104,27 +104,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from omnidraft.export.pipeline import export_model
+    from omnidraft.export.pipeline import export_recipe
+    from omnidraft.export.recipes import ExportRecipe
     from omnidraft.models.sources import resolve
 
-    result = export_model(
-        resolve(args.model),
-        args.format,
-        args.quant,
-        args.max_seq_len,
-        args.out,
+    recipe = ExportRecipe(
+        model=str(resolve(args.model)),
+        format=args.format,
+        quant=args.quant,
+        max_seq_len=args.max_seq_len,
         embedding_quant=args.embedding_quant,
-        min_top1=args.min_top1,
         et_path=args.et_path,
-        progress=not args.no_progress,
-        accept_head=args.accept_head,
-        draft_vocab=args.draft_vocab,
-        vocab_corpus=args.vocab_corpus,
         onnx_path=args.onnx_path,
         device=args.device,
         soc=args.soc,
         call_widths=args.call_widths,
         delegate=args.delegate,
+        draft_vocab=args.draft_vocab,
+        vocab_corpus=args.vocab_corpus,
+        accept_head=args.accept_head,
+        min_top1=args.min_top1,
     )
+    result = export_recipe(recipe, args.out, progress=not args.no_progress)
     print(result.summary())
     return 0

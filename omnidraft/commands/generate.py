@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from omnidraft.commands._decoding import add_draft_length, add_no_splits, check_draft_length
+
 HELP = "generate text with a drafter speeding up a target (any mix of HF and export folders)"
 
 
@@ -28,17 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (lossless, token-exact)")
-    p.add_argument(
-        "--draft-len",
-        default="4",
-        metavar="K",
-        help="drafter tokens per round, or 'auto': the drafter's "
-        "acceptance head stops drafting once P(a rejection) > --gamma",
-    )
-    p.add_argument(
-        "--gamma", type=float, default=0.5, help="auto: stopping threshold in (0, 1) (paper: 0.3 text, 0.7 code/math)"
-    )
-    p.add_argument("--max-draft-len", type=int, default=16, metavar="K_MAX", help="auto: longest draft (default 16)")
+    add_draft_length(p)
     p.add_argument(
         "--accept-head",
         type=Path,
@@ -46,12 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(one saved in the drafter folder is attached anyway; export folders carry theirs in the graph)",
     )
     p.add_argument("--mode", default="ngram", help="ngram (full method) | dm (direct mapping only) | target-only")
-    p.add_argument(
-        "--no-splits",
-        action="store_true",
-        help="translate as the paper does (direct map + n-grams): never "
-        "propose an unmapped drafter token as the several target tokens that spell it (greedy only)",
-    )
+    add_no_splits(p)
     p.add_argument(
         "--ngram-sampling",
         default="exact",
@@ -67,11 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from omnidraft.models.sources import resolve
-    from omnidraft.runtime.accept_head import parse_draft_len
     from omnidraft.runtime.chat import wrap
+    from omnidraft.runtime.draft_length.policy import parse_draft_len
     from omnidraft.runtime.session import open_pair, save_cache
     from omnidraft.runtime.speculative import DecodeConfig
 
+    check_draft_length(args)
     cfg = DecodeConfig(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,

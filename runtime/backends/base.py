@@ -39,19 +39,13 @@ class Backend(Protocol):
         """Drop the whole cache (start a new sequence)."""
 
 
-# Optional capability (adaptive drafting, issue #6). A drafter backend that carries an acceptance
-# head sets ``has_accept_head = True`` and implements
-#     forward_with_accept(token_ids, start_pos) -> (logits [len, vocab], accept_logits [len])
-# with the same cache semantics as ``forward``; accept_logits[r] is the head's logit that the token
-# drafted from logits row r is accepted, before that token is known; and
-#     accept_bias(token) -> float
-# the head's per-drafted-token bias, which the loop adds once it has chosen the token (the graph
-# cannot know a sampled token). Backends without a head need not define any of these.
+# Optional capability: an acceptance head (``runtime.draft_length.policy.AcceptHeadBackend``).
+# Backends without a head need not define any of its methods.
 #
 # Optional too: ``forward_last`` / ``forward_with_accept_last``, the same calls returning only the
 # last position's logits row (and acceptance logit), which is all a drafting step reads. A backend
-# that widens a trimmed drafter's rows (Widen below) then widens one row: on a prompt's prefill the
-# other rows cost 2 of the drafter's 2.9 ms. The loop goes through ``last_row`` / ``last_row_accept``.
+# that widens a trimmed drafter's rows (Widen below) then widens one row: on a prompt's prefill
+# widening the other rows would dominate the drafter's call. The loop goes through ``last_row`` / ``last_row_accept``.
 
 
 def last_row(backend: Backend, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
@@ -67,15 +61,10 @@ def last_row_accept(backend: Backend, token_ids: Sequence[int], start_pos: int) 
     return rows[-1], float(z[-1])
 
 
-# Intra-op threads of a drafter's ONNX Runtime session. A drafter step is ~200 tiny kernels (bundled
-# 2-layer drafter, 4,096-token head), so a second thread only adds pool wake-ups: a one-token step
-# took 0.28 ms with 1 thread and 0.45 ms with 2 alone, 0.32 and 0.49 ms inside the loop between
-# target calls. The target keeps every core.
+# Intra-op threads of a drafter's ONNX Runtime session. A small drafter's step is a few hundred tiny
+# kernels, so a second thread only adds pool wake-ups and makes each step slower, alone and inside
+# the loop between target calls (docs/decisions.md). The target keeps every core.
 DRAFTER_THREADS = 1
-
-
-def has_accept_head(backend: object) -> bool:
-    return bool(getattr(backend, "has_accept_head", False))
 
 
 def check_forward_args(backend: Backend, token_ids: Sequence[int], start_pos: int) -> None:
@@ -93,8 +82,9 @@ def check_forward_args(backend: Backend, token_ids: Sequence[int], start_pos: in
 # A drafter exported with --draft-vocab N (export/draft_vocab.py) scores its N kept tokens only; its
 # backend widens each row to the full vocabulary with the others at NEG_LOGIT, so the loop sees one
 # row width everywhere. Finite, so parity differences stay 0 where both sides drop a token, and low
-# enough that softmax gives exactly 0 even at temperature 0.01. Widening here costs ~10 us a row; the
-# same scatter as an ONNX Gather cost ONNX Runtime ~100 us, a quarter of the drafter's step.
+# enough that softmax gives exactly 0 even at temperature 0.01. Widening is done here in numpy, not as
+# an ONNX Gather in the graph: ONNX Runtime's scatter is an order of magnitude slower, a large share of
+# a small drafter's step.
 NEG_LOGIT = -1e9
 
 

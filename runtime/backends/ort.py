@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from omnidraft.errors import ManifestError, ModelFolderError
-from omnidraft.runtime.accept_head import token_bias_table
 from omnidraft.runtime.backends.base import check_forward_args, widen_for
+from omnidraft.runtime.draft_length.head_file import token_bias_table
 from omnidraft.runtime.manifest import Manifest
 
 ACCEPT_OUTPUT = "accept_logits"
@@ -39,11 +39,10 @@ class OrtBackend:
         if threads:
             opts.intra_op_num_threads = threads
         # The drafter's and the target's sessions take turns on the same cores. Two pools that spin
-        # after their runs keep each other's cores busy (bundled pair, 2 threads each: adapted code at
-        # K = 2 ran 0.97x target-only spinning, 1.31x not), so pools do not spin unless asked. A
-        # one-thread drafter runs on the caller's thread, and then the target's pool may spin: its
-        # worker waits on the other core. Bundled target int8, 2 threads, math prompts: target-only
-        # 339 tok/s not spinning, 500 spinning (1 thread: 346); the drafter's steps unchanged.
+        # after their runs keep each other's cores busy, which can erase the whole speedup, so pools
+        # do not spin unless asked. A one-thread drafter runs on the caller's thread, and then the
+        # target's pool may spin: its worker waits on the other core, which makes the target's steps
+        # much faster and leaves the drafter's unchanged (docs/decisions.md).
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         try:
             self.session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])

@@ -12,6 +12,7 @@ from transformers.utils import logging as hf_logging
 
 from omnidraft.errors import ModelFolderError
 from omnidraft.runtime.backends.base import check_forward_args
+from omnidraft.runtime.draft_length.head_model import forward_with_head
 
 
 def _full_cache() -> DynamicCache:
@@ -80,15 +81,13 @@ class TorchEagerBackend:
         check_forward_args(self, token_ids, start_pos)
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
         pos = torch.arange(start_pos, start_pos + ids.shape[1]).unsqueeze(0)
-        out = self.model(
-            input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True, output_hidden_states=True
+        out, accept = forward_with_head(
+            self.model, self.head, input_ids=ids, position_ids=pos, past_key_values=self._cache, use_cache=True
         )
         self._len = start_pos + ids.shape[1]
-        hidden = out.hidden_states[-1][0].float()  # hidden_states[-1] is after the final norm
         if self.recorder is not None:
-            self.recorder.append(hidden[-1].clone())
-        accept = self.head(hidden)
-        return out.logits[0].float().numpy(), accept.numpy().astype(np.float32, copy=False)
+            self.recorder.append(out.hidden_states[-1][0, -1].float().clone())
+        return out.logits[0].float().numpy(), accept[0].float().numpy().astype(np.float32, copy=False)
 
     def accept_bias(self, token: int) -> float:
         return self.head.bias_of(token) if self.head is not None else 0.0

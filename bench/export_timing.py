@@ -11,9 +11,8 @@ from pathlib import Path
 
 from omnidraft.atomic import check_writable, write_text
 from omnidraft.errors import InvalidArgument
+from omnidraft.export import recipes
 from omnidraft.runtime.manifest import is_export_dir, load_manifest
-
-from . import recipes
 
 KS = tuple(range(1, 9))
 
@@ -99,7 +98,7 @@ def run_bench(
     et_path: str = "auto",
     threads: int | None = 1,
 ) -> dict:
-    from .pipeline import export_model
+    from omnidraft.export.pipeline import export_model
 
     pairs = plan(formats, quants)
     if context + max(KS) > max_seq_len:

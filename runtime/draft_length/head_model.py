@@ -9,12 +9,11 @@ no extra drafter call is needed to decide whether to keep drafting.
 
 Cross-vocabulary addition: a learned bias per drafted drafter token, added to the MLP's logit once
 the token is chosen. Across vocabularies acceptance depends strongly on *which* token was drafted
-(how its translation fits the target's tokenization): on the bundled pair's held-out code prompts
-a per-token acceptance rate ranks acceptances with AUC 0.80 where the hidden-state MLP alone
-reaches 0.60 (models/README.md, session 9), and the drafter's own confidence ranks them backwards
-(0.34; presumably it is surest of tokens the target's tokenizer spells differently, not checked).
+(how its translation fits the target's tokenization): a per-token acceptance rate ranks
+acceptances far better than the hidden-state MLP alone, and the drafter's own confidence ranks them
+backwards (docs/decisions.md).
 The bias stays outside the exported graph, which cannot know a sampled token: the runtime looks it
-up (accept_head.py).
+up (head_file.py).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 from omnidraft.atomic import atomic_path, write_json
-from omnidraft.runtime.accept_head import (
+from omnidraft.runtime.draft_length.head_file import (
     HEAD_JSON,
     HEAD_WEIGHTS,
     AcceptHeadError,
@@ -121,14 +120,9 @@ def load_head(
     return head.eval(), info
 
 
-class DrafterWithHead(torch.nn.Module):
-    """(input_ids, ...) -> (logits, accept_logits): the drafter and its head as one module, used by
-    the eager backend, the ONNX export and the parity reference alike."""
-
-    def __init__(self, model: torch.nn.Module, head: AcceptHead) -> None:
-        super().__init__()
-        self.model, self.head = model, head
-
-    def forward(self, **kw):
-        out = self.model(output_hidden_states=True, **kw)
-        return out, self.head(out.hidden_states[-1])  # hidden_states[-1] is after the final norm
+def forward_with_head(model: torch.nn.Module, head: torch.nn.Module, **inputs):
+    """The drafter and its acceptance head as one call, as the eager backend, the ONNX export and the
+    parity reference run them: (the model's output, the head's logits on the final normed hidden
+    state, ``hidden_states[-1]``)."""
+    out = model(output_hidden_states=True, **inputs)
+    return out, head(out.hidden_states[-1])

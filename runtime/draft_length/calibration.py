@@ -1,9 +1,8 @@
 """Online correction of the acceptance head per drafted token, from verifications already run.
 
 The head is trained on a stream while the drafter is distilled on it, so what it learned about a
-token describes the drafter of a few updates ago. On the bundled pair's held-out code prompts the
-tokens it gave ~0.47 were accepted 99.5 % of the time (models/README.md, session 9): the drafter
-had learned them since. Every verification tells us, for free, whether each drafted token was
+token describes the drafter of a few updates ago: tokens it rated near even odds can be accepted
+almost always, because the drafter has learned them since (docs/decisions.md). Every verification tells us, for free, whether each drafted token was
 accepted, so the runtime keeps a logit offset per drafted token and moves it by one step of
 online logistic regression per observation, on the same loss the head was trained with (BCE on
 the target token's acceptance, the product over its drafter sub-tokens). Offsets only move where
@@ -14,9 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import log_sigmoid, observed_targets
+from omnidraft.runtime.draft_length.policy import log_sigmoid, observed_targets
+
+if TYPE_CHECKING:
+    from omnidraft.runtime.speculative import RoundTrace
 
 
 @dataclass
@@ -30,14 +33,14 @@ class TokenCalibration:
         if not (self.lr >= 0 and self.limit > 0):
             raise InvalidArgument(f"token calibration needs lr >= 0 and limit > 0 (got {self.lr}, {self.limit})")
 
-    def observe(self, rounds: list[dict]) -> None:
+    def observe(self, rounds: list[RoundTrace]) -> None:
         """Update from one prompt's traced rounds, decoded with the current offsets."""
         if not self.lr:
             return
         start = dict(self.offsets)
         for r in rounds:
-            z, draft = r.get("accept_logits") or [], r["draft"]
-            for _, _, a, b, ok in observed_targets(r["spans"], r["accepted"]):
+            z, draft = r.accept_logits, r.draft
+            for _, _, a, b, ok in observed_targets(r.spans, r.accepted):
                 if len(z) >= b:
                     self._step(draft[a:b], z[a:b], ok, start)
 

@@ -14,10 +14,8 @@ tokens, the text, the stats and the n-gram cache file bytes before and after.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import tempfile
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import numpy as np
 
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import DecodeConfig, RoundTrace, SpeculativeDecoder
 from omnidraft.runtime.tokenizer import TokenCodec
 
 FLOOR = np.float32(-12.0)
@@ -188,33 +186,6 @@ class _RecordingGenerator:
         return u
 
 
-@contextlib.contextmanager
-def _record_uniforms(log: list[float]) -> Iterator[None]:
-    """The loop draws through ``np.random.default_rng(seed).random()``; log each draw in order."""
-    from omnidraft.runtime import speculative
-
-    real = speculative.np.random.default_rng
-
-    class _Shim:  # a module-like stand-in so only the speculative module sees the recording generator
-        def __getattr__(self, name):
-            return getattr(np.random, name)
-
-        @staticmethod
-        def default_rng(seed=None):
-            return _RecordingGenerator(real(seed), log)
-
-    class _Np:
-        def __getattr__(self, name):
-            return _Shim() if name == "random" else getattr(np, name)
-
-    saved = speculative.np
-    speculative.np = _Np()
-    try:
-        yield
-    finally:
-        speculative.np = saved
-
-
 # (name, prompt, continuation, config, cache setup) -- cache: None (fresh), "chain" (previous run's
 # final cache), or {"capacity": n, "policy": p} for a bounded fresh cache.
 _FOX3 = (
@@ -344,15 +315,15 @@ def record_run(
     # The Java core translates and samples as the paper does (direct map + n-grams, Eq. 1-2); it has
     # no splits and no exact n-gram sampling yet.
     cfg = DecodeConfig(**{"splits": False, "ngram_sampling": "paper", **cfg_kw})
-    with _record_uniforms(uniforms):
-        result = dec.generate(prompt, cfg, trace=True)
+    rng = _RecordingGenerator(np.random.default_rng(cfg.seed), uniforms)
+    result = dec.generate(prompt, cfg, trace=True, rng=rng)
     return {
-        # ``speculate`` and ``accept_offsets`` are the gamma controller's (runtime/gamma.py); the Java
+        # ``accept_offsets`` is the online controller's (runtime/draft_length/controller.py); the Java
         # core always drafts with a fixed K and samples n-grams by Eq. 1-2, so the record keeps the
         # fields it reads.
         "name": name,
         "prompt": prompt,
-        "config": {k: v for k, v in asdict(cfg).items() if k not in ("speculate", "accept_offsets", "ngram_sampling")},
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("accept_offsets", "ngram_sampling")},
         "target_eos": sorted(target_loaded.eos_ids),
         "drafter_width": drafter.vocab_size,
         "target_width": target.vocab_size,
@@ -361,16 +332,14 @@ def record_run(
         "cache_before": cache_before,
         "calls": log,
         "uniforms": uniforms,
-        "rounds": [_jsonable({k: v for k, v in r.items() if k not in _TIMING_KEYS}) for r in result.rounds],
+        "rounds": [
+            _jsonable({k: v for k, v in asdict(r).items() if k not in RoundTrace.TIMING}) for r in result.rounds
+        ],
         "token_ids": [int(t) for t in result.token_ids],
         "text": result.text,
         "stats": {k: v for k, v in asdict(result.stats).items() if not k.endswith("seconds")},
         "cache_after": cache._serialise().decode(),
     }
-
-
-# What the gamma controller reads from a traced round: timings, which no replay can reproduce.
-_TIMING_KEYS = frozenset({"drafter_call_seconds", "target_fed", "target_seconds"})
 
 
 def loop_vectors(drafter_codec: TokenCodec, target_codec: TokenCodec) -> dict:

@@ -38,14 +38,13 @@ from pathlib import Path
 
 import numpy as np
 
-from omnidraft.errors import ModelFolderError
-from omnidraft.export.android_loop_vectors import Recorder, open_cache, record_run
-from omnidraft.runtime.manifest import sha256_file
+from omnidraft.android.loop import Recorder, open_cache, record_run
+from omnidraft.runtime.model_checks import weights_sha256
 from omnidraft.runtime.ngram_cache import NgramCache
 
 FLOOR = np.float32(-1e4)
 TOP_N = 32
-BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
+BUNDLED = Path(__file__).resolve().parents[2] / "models" / "bundled"
 
 _MATH = (
     "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -131,13 +130,6 @@ class TopNBackend:
 
     def reset(self):
         self.inner.reset()
-
-
-def weights_sha256(folder: Path) -> str:
-    path = Path(folder) / "model.safetensors"
-    if not path.is_file():
-        raise ModelFolderError(f"{path} is missing; restore the bundled pair from git (git checkout -- {folder})")
-    return sha256_file(path)
 
 
 def pair_vectors(

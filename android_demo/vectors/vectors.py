@@ -6,8 +6,8 @@ Two kinds, written as small JSON files that the Java tests replay and must match
   whitespace runs, byte fallback, special tokens) with the two tokenizer families we ship, as the
   Python ``tokenizers`` library and ``runtime.tokenizer.TokenCodec`` produce them;
 * loop vectors: full speculative-decoding runs of ``runtime.speculative`` call by call, on a
-  scripted, deterministic drafter/target pair (``export/android_loop_vectors.py``) and on the
-  bundled pair with rows truncated to their top entries (``export/android_pair_vectors.py``).
+  scripted, deterministic drafter/target pair (``android_demo/vectors/loop.py``) and on the
+  bundled pair with rows truncated to their top entries (``android_demo/vectors/pair.py``).
 """
 
 from __future__ import annotations
@@ -19,15 +19,7 @@ from pathlib import Path
 
 from omnidraft.errors import TokenizerError
 
-VECTOR_DIR = (
-    Path(__file__).resolve().parent.parent
-    / "android_demo"
-    / "specdecode-core"
-    / "src"
-    / "test"
-    / "resources"
-    / "vectors"
-)
+VECTOR_DIR = Path(__file__).resolve().parent.parent / "specdecode-core" / "src" / "test" / "resources" / "vectors"
 TOKENIZERS = ("llama-spm", "gpt-2")
 
 # Hand-picked strings; generated ones are appended below.
@@ -345,7 +337,7 @@ def write_tokenizer_vectors(out_dir: Path = VECTOR_DIR, names: tuple[str, ...] =
 
 def write_loop_vectors(out_dir: Path = VECTOR_DIR) -> Path:
     """Whole speculative runs (llama-spm drafter, gpt-2 target) on the scripted pair, call by call."""
-    from omnidraft.export.android_loop_vectors import loop_vectors, qprime_vectors
+    from omnidraft.android.loop import loop_vectors, qprime_vectors
     from omnidraft.runtime.tokenizer import load_codec
 
     drafter, target = load_codec(tokenizer_path("llama-spm")), load_codec(tokenizer_path("gpt-2"))
@@ -363,7 +355,7 @@ def write_pair_vectors(
     out_dir: Path = VECTOR_DIR, drafter: Path | None = None, target: Path | None = None, top_n: int | None = None
 ) -> Path:
     """Whole speculative runs on the bundled pair (or the given HF folders), rows kept to their top entries."""
-    from omnidraft.export import android_pair_vectors as apv
+    from omnidraft.android import pair as apv
 
     data = apv.pair_vectors(drafter or apv.BUNDLED / "drafter", target or apv.BUNDLED / "target", top_n or apv.TOP_N)
     path = Path(out_dir) / PAIR_FILE

@@ -34,8 +34,8 @@ Moving up needs a probe, since longer drafts cannot be replayed: now and then a 
 notch longer on both axes, so every setting in between is replayed from it. The probe is compared
 with the kept setting on the same rounds; it is kept if it is not slower (ties cross plateaus where
 a binding cap makes gamma moot), and one that is faster is followed by the next probe at once, so
-a long climb takes a window per notch. (Climbing 1, 2, 4 notches after consecutive wins was
-tried in session 9 and was no faster on the bundled pair: the long probes overshot and lost.)
+a long climb takes a window per notch. (Climbing 1, 2, 4 notches after consecutive wins was no
+faster on the bundled pair: the long probes overshot and lost; docs/decisions.md.)
 One that is not faster doubles the gap before the next (up to ``max_gap`` windows).
 
 Below the shortest draft there is one more setting: no drafting at all (``k_max`` 0, plain target
@@ -52,7 +52,7 @@ again the fastest drafting setting of the windows that turned it off, so a strea
 predictable (the drafter keeps training) turns drafting back on. ``allow_off=False`` keeps K
 within [1, K_max].
 
-The controller also owns the head's per-drafted-token offsets (runtime/accept_online.py), learned
+The controller also owns the head's per-drafted-token offsets (runtime/draft_length/calibration.py), learned
 from the same traced rounds and handed to the loop by ``configure`` (``token_lr`` 0 turns them off).
 
 Deterministic given the timings; no clock is read here.
@@ -62,17 +62,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omnidraft.errors import InvalidArgument
-from omnidraft.runtime.accept_head import log_sigmoid
-from omnidraft.runtime.accept_online import TokenCalibration
+from omnidraft.runtime.draft_length.calibration import TokenCalibration
+from omnidraft.runtime.draft_length.policy import log_sigmoid
+
+if TYPE_CHECKING:
+    from omnidraft.runtime.speculative import RoundTrace
 
 GAMMAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 CAPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 
 
-def _replay(r: dict, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, int]]]:
+def _replay(r: RoundTrace, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, int]]]:
     """Replay one traced round at (gamma, cap), which drafts no longer than the setting that ran.
 
     A shorter draft whose tokens are all accepted ends with the target's bonus token (the next
@@ -81,8 +84,8 @@ def _replay(r: dict, gamma: float, cap: int) -> tuple[int, list[tuple[int, int, 
     that ran hit, or until a bonus token ends inside a drafter token (then the chain stops there). Returns (tokens, [(first, stop, m) per replayed round: its slice of the drafter
     tokens and the target tokens it verifies]).
     """
-    z, spans, j, n = r["accept_logits"], r["spans"], r["accepted"], len(r["draft"])
-    m, got = len(spans), len(r["committed"])
+    z, spans, j, n = r.accept_logits, r.spans, r.accepted, len(r.draft)
+    m, got = len(spans), len(r.committed)
     ends = {b for _, b in spans}
     tokens, t0, drafts = 0, 0, []
     while tokens < got:
@@ -136,7 +139,7 @@ class GammaController:
     allow_off: bool = True  # may turn drafting off (k_max 0) where plain target steps are faster
     off_margin: float = 0.10  # how much faster (pooled) plain steps must be than every drafting setting
     off_windows: int = 5  # windows pooled before turning drafting off
-    token_lr: float = 0.5  # per-drafted-token head correction (runtime/accept_online.py); 0: off
+    token_lr: float = 0.5  # per-drafted-token head correction (runtime/draft_length/calibration.py); 0: off
     history: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -172,7 +175,7 @@ class GammaController:
         self._pool: dict[tuple[float, int], list[tuple[float, float, float, float]]] = {}
 
     def _reset_window(self) -> None:
-        self._rounds: list[dict] = []
+        self._rounds: list[RoundTrace] = []
         self._other = 0.0  # seconds outside the two models (translation, bookkeeping)
         self._measured = [0, 0.0]  # tokens, decode seconds of the setting that ran
         self._n = 0
@@ -198,11 +201,11 @@ class GammaController:
             raise InvalidArgument("gamma tuning replays each round: decode with trace=True")
         for r in rounds:
             fit[0] += 1
-            fit[1] += r["target_fed"]
-            fit[2] += r["target_seconds"]
-            fit[3] += r["target_fed"] ** 2
-            fit[4] += r["target_fed"] * r["target_seconds"]
-        modelled = sum(sum(r["drafter_call_seconds"]) + r["target_seconds"] for r in rounds)
+            fit[1] += r.target_fed
+            fit[2] += r.target_seconds
+            fit[3] += r.target_fed**2
+            fit[4] += r.target_fed * r.target_seconds
+        modelled = sum(sum(r.drafter_call_seconds) + r.target_seconds for r in rounds)
         if self.k_max:
             self._other += max(0.0, result.stats.decode_seconds - modelled)
         self._rounds.extend(rounds)
@@ -222,18 +225,13 @@ class GammaController:
         per_token = max(0.0, (n * sxy - sx * sy) / den) if n >= 2 and den > 0 else 0.0
         return max(0.0, (sy - per_token * sx) / n), per_token
 
-    def estimate(self, gamma: float, cap: int) -> float:
-        """Replayed tokens/s of the window's rounds at (gamma, cap)."""
-        tokens, secs = self._replayed(gamma, cap)
-        return tokens / secs if secs > 0 else 0.0
-
     def _replayed(self, gamma: float, cap: int) -> tuple[int, float]:
         per_call, per_token = self.verify_cost()
         other = self._other / len(self._rounds) if self._rounds else 0.0
         tokens, secs = 0, 0.0
         for r in self._rounds:
             t, drafts = _replay(r, gamma, cap)
-            calls = r["drafter_call_seconds"]
+            calls = r.drafter_call_seconds
             tokens += t
             # Each verification feeds the previous round's last token plus the m it checks.
             secs += sum(sum(calls[d0:s]) + per_call + other + per_token * (m + 1) for d0, s, m in drafts)
@@ -243,7 +241,7 @@ class GammaController:
         """The window's tokens decoded by plain target steps: one step per token."""
         per_call, per_token = self.verify_cost()
         other = self._plain[1] / self._plain[0] if self._plain[0] else 0.0
-        tokens = sum(len(r["committed"]) for r in self._rounds)
+        tokens = sum(len(r.committed) for r in self._rounds)
         return tokens, tokens * (per_call + per_token + other)
 
     def _note_off(self, replayed: dict, off_key: tuple[float, int]) -> None:
@@ -345,6 +343,6 @@ class GammaController:
 
     def configure(self, cfg: Any) -> None:
         """Set a DecodeConfig's gamma and K_max to the controller's current choice (K_max 0: decode
-        the next prompts with the target alone, ``speculate`` False), and the head's per-token offsets."""
-        cfg.gamma, cfg.max_draft_len, cfg.speculate = self.gamma, max(1, self.k_max), self.k_max > 0
+        the next prompts with the target alone), and the head's per-token offsets."""
+        cfg.gamma, cfg.max_draft_len = self.gamma, self.k_max
         cfg.accept_offsets = dict(self.calibration.offsets) if self.token_lr else None

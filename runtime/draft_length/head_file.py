@@ -1,28 +1,22 @@
-"""Adaptive drafting (paper §4, after SpecDec++): the acceptance head's files and identity, and the
-stopping rule the speculative loop applies. Pure Python (json, hashlib, math) so the torch-free
-ONNX Runtime path can check a head and stop drafting without importing torch.
+"""The acceptance head's files and identity (adaptive drafting, paper §4, after SpecDec++). Pure
+Python (json, hashlib, math) so the torch-free ONNX Runtime path can check a head without torch.
 
 A head is a folder with ``head.json`` (config + the identity of the drafter it was trained on:
 sha256 of the drafter's weights and its hidden size) and ``head.safetensors``. The torch module
-itself is in ``omnidraft.runtime.head_model``.
-
-Stopping rule (Eq. 6/7): after drafting d_1..d_i with predicted conditional acceptances a_1..a_i,
-stop once 1 - prod(a) > gamma, with i in [1, K_max]. Cross-vocabulary: the target verifies
-translated tokens, and a merged n-gram is one target token whose acceptance is the product over
-its drafter sub-tokens, so the product over target tokens equals the product over the drafter
-tokens they cover; the rule is only *applied* where the draft ends on a target-token boundary.
+itself is in ``omnidraft.runtime.draft_length.head_model``.
+The stopping rule that reads the head is in ``policy.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.errors import InvalidArgument, ModelFolderError
+from omnidraft.runtime.draft_length.policy import has_accept_head
 from omnidraft.runtime.manifest import sha256_file
-from omnidraft.runtime.model_checks import read_config, weight_files
+from omnidraft.runtime.model_checks import read_config, weights_sha256
 from omnidraft.validate import read_fields
 
 HEAD_JSON = "head.json"
@@ -31,6 +25,8 @@ FORMAT = "omnidraft.accept_head"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: no per-token biases
 MAX_HIDDEN, MAX_LAYERS = 1 << 16, 64  # bounds a forged head.json cannot make us allocate past
+# The one copy of this limitation: ExecuTorch's exported drafters have no acceptance-head output.
+ET_NO_HEAD = "ExecuTorch drafters do not carry an acceptance head yet"
 NO_HEAD_FIX = "export the drafter with --accept-head HEAD, or train one with omnidraft adapt --train-head"
 
 
@@ -63,15 +59,7 @@ def drafter_identity(folder: str | Path) -> DrafterIdentity:
     records as ``source_model_sha256`` (one file: its sha256; shards: a digest over name + sha256)."""
     folder = Path(folder)
     hidden = read_config(folder).int("hidden_size", lo=1)
-    files = weight_files(folder)
-    if len(files) == 1:
-        if not files[0].is_file():
-            raise ModelFolderError(f"{folder} has no model.safetensors; pass a complete drafter folder")
-        return DrafterIdentity(sha256_file(files[0]), hidden)
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
-    return DrafterIdentity(h.hexdigest(), hidden)
+    return DrafterIdentity(weights_sha256(folder), hidden)
 
 
 def head_folder(path: str | Path) -> Path:
@@ -162,57 +150,17 @@ def token_bias_table(meta: dict, vocab_size: int, where: str) -> dict[int, float
     return table
 
 
-# -- the stopping rule ------------------------------------------------------------------------------
+def no_head_fix(backend_name: str) -> str:
+    """How to get a drafter with an acceptance head, for a drafter running on ``backend_name``."""
+    if backend_name == "executorch":
+        return f"{ET_NO_HEAD}; use an ONNX or Hugging Face drafter, or a fixed --draft-len K"
+    return NO_HEAD_FIX
 
 
-def parse_draft_len(text: str | int) -> int | str:
-    """``--draft-len``: a positive integer K, or ``auto`` (the acceptance head decides)."""
-    if isinstance(text, int) or (isinstance(text, str) and text.strip().lower() == "auto"):
-        return text if isinstance(text, int) else "auto"
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"--draft-len takes a positive integer K or 'auto' (got {text!r})") from None
-
-
-def validate_adaptive(draft_len: int | str, gamma: float, max_draft_len: int) -> None:
-    if draft_len != "auto" and (not isinstance(draft_len, int) or isinstance(draft_len, bool) or draft_len < 1):
-        raise InvalidArgument(f"draft length K must be >= 1 (got {draft_len!r}), or 'auto' for the acceptance head")
-    if not (isinstance(gamma, (int, float)) and 0.0 < gamma < 1.0):
-        raise InvalidArgument(f"--gamma must be within (0, 1) (got {gamma}); 0.3 stops early, 0.7 drafts longer")
-    if not isinstance(max_draft_len, int) or max_draft_len < 1:
-        raise InvalidArgument(f"--max-draft-len (K_max) must be >= 1 (got {max_draft_len})")
-
-
-def log_sigmoid(z: float) -> float:
-    return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
-
-
-def rejection_prob(log_accept: float) -> float:
-    """P(some drafted token is rejected) = 1 - prod(a), from the running sum of log a."""
-    return -math.expm1(log_accept)
-
-
-def observed_targets(spans: list[tuple[int, int]], accepted: int, limit: int | None = None):
-    """The target tokens a verified round observed, as the head is trained and corrected on them:
-    (first, end, a, b, ok) per group of target tokens ``first:end`` proposed by drafter tokens
-    ``a:b``, up to and including the first rejection. A split drafter token proposes several target
-    tokens under one span: one group, accepted only if all of them are (the stopping rule multiplies
-    per drafter token). ``limit`` caps the target tokens looked at."""
-    n = min(len(spans), accepted + 1, len(spans) if limit is None else limit)
-    j = 0
-    while j < n:
-        a, b = spans[j]
-        e = j + 1
-        while e < len(spans) and spans[e] == (a, b):
-            e += 1
-        yield j, e, a, b, e <= accepted
-        j = e
-
-
-def may_stop(spans: list[tuple[int, int]], drafted: int, max_ngram: int) -> bool:
-    """May drafting stop after ``drafted`` tokens? Yes where the translated target tokens cover the
-    whole draft. Also where the untranslated tail is already as long as the longest cached n-gram:
-    no further token can complete it, so drafting on would only waste drafter calls."""
-    covered = spans[-1][1] if spans else 0
-    return covered == drafted or drafted - covered >= max(1, max_ngram)
+def require_head(backend: object, where: object, what: str) -> None:
+    """Refuse ``what`` (e.g. ``--draft-len auto``) for a drafter backend without an acceptance head."""
+    if not has_accept_head(backend):
+        raise InvalidArgument(
+            f"{what} needs a drafter with an acceptance head, and {where} has none; "
+            f"{no_head_fix(getattr(backend, 'name', ''))}"
+        )

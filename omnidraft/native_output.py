@@ -1,0 +1,41 @@
+"""Native libraries' stderr lines a user cannot act on, dropped where they are raised.
+
+ExecuTorch's threadpool probes the CPU through cpuinfo on first use and prints each probe (files
+that only exist on Arm, a CPU count it disagrees with) to the process's stderr from C++, past
+Python's ``sys.stderr``. ``without_native_lines`` catches file descriptor 2 for the duration of a
+call and writes back every line that does not match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+
+CPUINFO = re.compile(rb"^\[cpuinfo_utils\.cpp:\d+\]")
+
+
+@contextlib.contextmanager
+def without_native_lines(pattern: re.Pattern[bytes] = CPUINFO) -> Iterator[None]:
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (captured, closed): nothing to filter
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().splitlines(keepends=True) if not pattern.match(line)]
+            if kept:
+                os.write(fd, b"".join(kept))
