@@ -100,15 +100,7 @@ def run_peers(bench: Bench, st: _Stream) -> None:
         except Exception as exc:  # noqa: BLE001 -- e.g. an export failing its parity gate: say so, keep going
             msg = str(exc) if isinstance(exc, OmnidraftError) else repr(exc)
             failed.append(
-                {
-                    "stream": st.name,
-                    "name": f"omnidraft-{backend}",
-                    "status": f"failed: {msg}".splitlines()[0],
-                    "tokens_per_s": None,
-                    "speedup_vs_hf_target_only": None,
-                    "outputs_match_target_only": None,
-                    "method": method,
-                }
+                {**_missing(st.name, f"omnidraft-{backend}", f"failed: {msg}".splitlines()[0]), "method": method}
             )
     uag = []
     if "hf" in s.peers:
@@ -123,12 +115,13 @@ def run_peers(bench: Bench, st: _Stream) -> None:
         jobs.append(
             bench.hf.job("hf-prompt-lookup", {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}, ids, s.max_new_tokens)
         )
-    llama = _llamacpp_jobs(bench, st) if "llama.cpp" in s.peers else []
-    if llama is None:  # not installed or no GGUF: the rows say why
-        failed += [
-            _missing(st.name, n, llamacpp_peer.unavailable_reason(bench.pair.target)) for n in llamacpp_peer.PEER_NAMES
-        ]
-        llama = []
+    llama = []
+    if "llama.cpp" in s.peers:
+        why = llamacpp_peer.unavailable_reason(bench.pair.target)
+        if why is not None:  # not installed or no GGUF: the rows say why
+            failed += [_missing(st.name, n, why) for n in llamacpp_peer.PEER_NAMES]
+        else:
+            llama = _llamacpp_jobs(bench, st)
     jobs += llama
     bench.report["peers"].extend(failed)
     if not jobs:
@@ -211,11 +204,9 @@ def _missing(stream: str, name: str, why: str) -> dict:
     }
 
 
-def _llamacpp_jobs(bench: Bench, st: _Stream) -> list | None:
+def _llamacpp_jobs(bench: Bench, st: _Stream) -> list:
     """llama.cpp's target-only and prompt-lookup rows on the target's own GGUF file, fed the same
-    prompt ids as every other row; None when llama-cpp-python or the GGUF file is missing."""
-    if llamacpp_peer.unavailable_reason(bench.pair.target) is not None:
-        return None
+    prompt ids as every other row."""
     s = bench.s
     tgt = bench.engine(s.backend).target
     if bench.llamacpp is None:

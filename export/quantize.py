@@ -47,11 +47,9 @@ HEAD_NAMES = ("lm_head", "output")  # transformers' and ExecuTorch's Transformer
 WIDE_GROUPS = {"lm_head": HEAD_NAMES, "mlp": ("mlp", "feed_forward"), "attention": ("self_attn", "attention")}
 
 
-def torchao_quantize(
-    model: torch.nn.Module, quant: str, *, head_bits: int | None = None, wide: tuple[str, ...] = ()
-) -> list[str]:
+def torchao_quantize(model: torch.nn.Module, quant: str, *, wide: tuple[str, ...] = ()) -> list[str]:
     """Apply 8da4w / 8da8w in place; return the Linear layers left in fp32. ``wide`` names groups of
-    ``WIDE_GROUPS`` that take 8-bit weights under a 4-bit body (``head_bits=8`` is ``wide=("lm_head",)``).
+    ``WIDE_GROUPS`` that take 8-bit weights under a 4-bit body.
 
     Only Int8DynamicActivationIntxWeightConfig is used: XNNPACK runs it natively, whereas
     IntxWeightOnlyConfig lowers to garbage logits on XNNPACK (see shared notes). A 4-bit group
@@ -62,16 +60,12 @@ def torchao_quantize(
     if quant not in ("8da4w", "8da8w"):
         raise ValueError(quant)
     bits = 4 if quant == "8da4w" else 8
-    head_bits = head_bits or bits
     untie_lm_head(model)
     skipped = [
         name
         for name, m in model.named_modules()
         if isinstance(m, torch.nn.Linear) and bits == 4 and m.in_features % GROUP_SIZE
     ]
-
-    if head_bits == 8 and bits == 4:
-        wide = ("lm_head", *wide)
 
     def widened(fqn: str) -> bool:
         if fqn in HEAD_NAMES:

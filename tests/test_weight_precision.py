@@ -73,7 +73,7 @@ def test_torchao_keeps_the_head_at_8_bits_when_asked(tiny):
     from omnidraft.export.quantize import torchao_quantize
 
     m = AutoModelForCausalLM.from_pretrained(tiny).eval()
-    torchao_quantize(m, "8da4w", head_bits=8)
+    torchao_quantize(m, "8da4w", wide=("lm_head",))
     assert m.model.layers[0].mlp.down_proj.weight.target_dtype == torch.int4
     assert m.lm_head.weight.target_dtype == torch.int8
     plain = AutoModelForCausalLM.from_pretrained(tiny).eval()
