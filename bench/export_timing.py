@@ -89,6 +89,7 @@ def time_steps(backend, context: int, repeats: int, ks=KS) -> tuple[dict[str, fl
 def run_bench(
     model_dir: str | Path,
     out_dir: str | Path,
+    *,
     formats=None,
     quants=None,
     max_seq_len: int = 256,
@@ -97,7 +98,10 @@ def run_bench(
     reuse: bool = False,
     et_path: str = "auto",
     threads: int | None = 1,
+    draft_vocab: int | None = None,
 ) -> dict:
+    """``draft_vocab``: export a drafter with its output layer cut to its N most frequent tokens, as
+    it is deployed (a drafter's step cost is mostly its head)."""
     from omnidraft.export.pipeline import export_model
 
     pairs = plan(formats, quants)
@@ -114,7 +118,9 @@ def run_bench(
         if not (reuse and is_export_dir(d)):
             print(f"bench-export: exporting {fmt}/{quant} …", file=sys.stderr)
             t = time.perf_counter()
-            export_model(model_dir, fmt, quant, max_seq_len, d, progress=False, et_path=et_path)
+            export_model(
+                model_dir, fmt, quant, max_seq_len, d, progress=False, et_path=et_path, draft_vocab=draft_vocab
+            )
             export_s = time.perf_counter() - t
         _backend_class(d)  # import the engine first: a one-time cost, not this artifact's load time
         set_threads(threads, [fmt])
@@ -149,6 +155,7 @@ def run_bench(
         "max_seq_len": max_seq_len,
         "cpus": os.cpu_count(),
         "threads": threads or "library default",
+        "draft_vocab": draft_vocab,
         "rows": rows,
     }
     write_text(out / "bench_export.json", json.dumps(result, indent=2) + "\n")
@@ -177,7 +184,9 @@ def markdown(result: dict) -> str:
         )
     return (
         f"Model: `{result['model']}`; medians (and minima) of {result['repeats']} calls at context {result['context']}, "
-        f"cache {result['max_seq_len']}, {result['cpus']} CPUs, intra-op threads: {result['threads']}.\n\n"
+        f"cache {result['max_seq_len']}, {result['cpus']} CPUs, intra-op threads: {result['threads']}"
+        + (f", head cut to {result['draft_vocab']} tokens" if result.get("draft_vocab") else "")
+        + ".\n\n"
         + head
         + "\n".join(lines)
         + "\n"

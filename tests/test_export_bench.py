@@ -85,3 +85,22 @@ def test_bench_export_table(tmp_path, capsys):
     )
     again = json.loads((tmp_path / "b" / "bench_export.json").read_text())["rows"]
     assert len(again) == 1 and again[0]["export_s"] is None
+
+
+def test_bench_export_times_a_drafter_with_its_head_cut(tmp_path):
+    import numpy as np
+
+    from omnidraft.export.draft_vocab import write_counts
+
+    hf = make_tiny_model(tmp_path / "hf", "llama", GPT2, seed=4, max_pos=128)
+    counts = np.random.default_rng(0).integers(0, 1000, size=json.loads((hf / "config.json").read_text())["vocab_size"])
+    write_counts(hf, counts, hf / "tokenizer.json", "test counts")
+    common = ["--model", str(hf), "--formats", "onnx", "--quants", "fp32", "--max-seq-len", "48", "--context", "24"]
+    assert main(["bench-export", *common, "--repeats", "3", "--out", str(tmp_path / "full")]) == 0
+    assert (
+        main(["bench-export", *common, "--repeats", "3", "--out", str(tmp_path / "cut"), "--draft-vocab", "128"]) == 0
+    )
+    full, cut = (json.loads((tmp_path / d / "bench_export.json").read_text()) for d in ("full", "cut"))
+    assert cut["draft_vocab"] == 128 and full["draft_vocab"] is None
+    assert cut["rows"][0]["size_mib"] < full["rows"][0]["size_mib"]
+    assert "head cut to 128 tokens" in (tmp_path / "cut" / "bench_export.md").read_text()

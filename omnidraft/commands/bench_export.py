@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on a small shared CPU); 0 = each library's default",
     )
     parser.add_argument("--reuse", action="store_true", help="skip exports already present in --out")
+    parser.add_argument(
+        "--draft-vocab",
+        type=int,
+        metavar="N",
+        help="a drafter: cut its output layer to its N most frequent tokens, as `omnidraft export --draft-vocab` does",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,14 +48,15 @@ def run(args: argparse.Namespace) -> int:
     result = run_bench(
         resolve(args.model),
         args.out,
-        args.formats,
-        args.quants,
-        args.max_seq_len,
-        args.context,
-        args.repeats,
-        args.reuse,
-        args.et_path,
-        args.threads or None,
+        formats=args.formats,
+        quants=args.quants,
+        max_seq_len=args.max_seq_len,
+        context=args.context,
+        repeats=args.repeats,
+        reuse=args.reuse,
+        et_path=args.et_path,
+        threads=args.threads or None,
+        draft_vocab=args.draft_vocab,
     )
     from omnidraft.bench.export_timing import markdown
 
