@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omnidraft.atomic import check_writable, save_figure, write_json
 from omnidraft.bench.bundled import check_bundled, drafter_export, drafter_vocab, target_export
-from omnidraft.bench.streams_eval import StreamRun, run_stream
+from omnidraft.bench.streams_eval import StreamRun, run_lockstep
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
 from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
@@ -280,8 +280,8 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             dec = open_pair(target_path, drafter_path)
             _warm_up(dec, prompts[0])
             only = DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only")
-            base = run_stream(dec, prompts, only, f"{pair.label} {name}: target-only", progress)
-            spec = run_stream(dec, prompts, cfg, f"{pair.label} {name}: omnidraft", progress)
+            runs = run_lockstep(dec, prompts, {"target-only": only, "omnidraft": cfg}, f"{pair.label} {name}", progress)
+            base, spec = runs["target-only"], runs["omnidraft"]
             rows.append(_row(pair.label, name, "untrained", spec, base, len(dec.cache)))
             curves[f"{pair.label} {name} (untrained)"] = spec
             if stop := base.interrupted or spec.interrupted:
@@ -298,7 +298,12 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
                 acfg = (
                     cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto", gamma=s.gamma)
                 )
-                after = run_stream(dec, prompts, acfg, f"{pair.label} {name}: omnidraft adapted", progress)
+                # target-only again, beside the adapted drafter: the pass ran in between, and the machine's
+                # load then is not what it was for the first pair of rows
+                runs = run_lockstep(
+                    dec, prompts, {"target-only": only, "omnidraft adapted": acfg}, f"{pair.label} {name}", progress
+                )
+                base, after = runs["target-only"], runs["omnidraft adapted"]
                 phase = "adapted + adaptive K" if auto else "adapted"
                 rows.append(_row(pair.label, name, phase, after, base, len(dec.cache)))
                 curves[f"{pair.label} {name} (adapted)"] = after

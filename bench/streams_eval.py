@@ -53,27 +53,30 @@ class StreamRun:
         }
 
 
-def run_stream(
-    decoder: SpeculativeDecoder,
-    prompts: list[str],
-    cfg: DecodeConfig,
-    label: str,
-    progress: bool = True,
-    on_verified=None,
-) -> StreamRun:
-    """Decode every prompt; Ctrl-C keeps the prompts finished so far (``interrupted`` is set)."""
-    run = StreamRun(label, cfg.mode, cfg.draft_len)
+def _add(run: StreamRun, out) -> None:
+    run.stats += out.stats
+    run.prompts += 1
+    run.outputs.append(out.token_ids)
+    run.running_acceptance.append(run.stats.acceptance_rate)
+
+
+def run_lockstep(
+    decoder: SpeculativeDecoder, prompts: list[str], cfgs: dict[str, DecodeConfig], label: str, progress: bool = True
+) -> dict[str, StreamRun]:
+    """Every configuration decodes prompt i before any decodes prompt i + 1, in an order that rotates
+    from prompt to prompt: a drift in the machine's load then slows all of them alike, so the ratio
+    of their speeds holds. Ctrl-C keeps the prompts every configuration finished."""
+    runs = {name: StreamRun(name, c.mode, c.draft_len) for name, c in cfgs.items()}
+    names = list(cfgs)
     bar = tqdm(prompts, desc=label, file=sys.stderr, disable=not progress, leave=False, dynamic_ncols=True)
     try:
-        for prompt in bar:
-            out = decoder.generate(prompt, cfg, on_verified=on_verified)
-            run.stats += out.stats
-            run.prompts += 1
-            run.outputs.append(out.token_ids)
-            run.running_acceptance.append(run.stats.acceptance_rate)
-            bar.set_postfix(acc=f"{run.stats.acceptance_rate:.2f}", tok_s=f"{run.tokens_per_s:.0f}")
+        for i, prompt in enumerate(bar):
+            outs = {n: decoder.generate(prompt, cfgs[n]) for n in names[i % len(names) :] + names[: i % len(names)]}
+            for n in names:
+                _add(runs[n], outs[n])
     except KeyboardInterrupt:
-        run.interrupted = True
+        for run in runs.values():
+            run.interrupted = True
     finally:
         bar.close()
-    return run
+    return runs

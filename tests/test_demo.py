@@ -123,3 +123,26 @@ def test_streams_that_no_pair_covers_are_refused(fake_bundled, tmp_path, capsys)
     assert [p.streams for p in pairs] == [("math",)]
     with pytest.raises(InvalidArgument, match="selects no stream"):
         demo_pairs(DemoSettings(pair="tiny", streams=()))
+
+
+def test_lockstep_rotates_the_order_and_keeps_each_configurations_outputs():
+    from types import SimpleNamespace
+
+    from omnidraft.bench.streams_eval import run_lockstep
+    from omnidraft.runtime.speculative import DecodeConfig, DecodeStats
+
+    calls = []
+
+    class Recorder:
+        def generate(self, prompt, cfg):
+            calls.append((prompt, cfg.mode))
+            return SimpleNamespace(stats=DecodeStats(), token_ids=[len(prompt), len(cfg.mode)])
+
+    cfgs = {"a": DecodeConfig(mode="target-only"), "b": DecodeConfig(mode="ngram")}
+    runs = run_lockstep(Recorder(), ["x", "yy", "zzz"], cfgs, "test", progress=False)
+    assert calls == [("x", "target-only"), ("x", "ngram"), ("yy", "ngram"), ("yy", "target-only")] + [
+        ("zzz", "target-only"),
+        ("zzz", "ngram"),
+    ]
+    assert runs["a"].outputs == [[1, 11], [2, 11], [3, 11]] and runs["b"].outputs == [[1, 5], [2, 5], [3, 5]]
+    assert runs["a"].prompts == runs["b"].prompts == 3 and not runs["a"].interrupted
