@@ -26,9 +26,9 @@ from omnidraft.runtime.speculative import DecodeConfig
 
 from . import delta
 from .buffer import TOP_K, Collector, Record
-from .engine import Trainer, wrap_lora
 from .guard import Measure, measure
 from .loss import LOSSES
+from .trainer import Trainer, wrap_lora
 
 # Options checked for finiteness, by their flat names (see AdaptConfig.flat).
 FLOATS = ("lr", "guard_margin", "distill_temperature", "gamma", "head_lr", "head_bias_lr", "head_reject_weight")
