@@ -56,7 +56,7 @@ class DemoSettings:
     # One stream keeps the run within 5 minutes; code is where a short pass lifts acceptance most.
     adapt_streams: tuple[str, ...] = ("code",)
     adapt_rank: int = 32
-    # Short-stream settings (see bench/adapted.py): 8 AdamW steps per update of 8 prompts, sharpened target.
+    # Short-stream settings (see bench/adapted_rows.py): 8 AdamW steps per update of 8 prompts, sharpened target.
     adapt_lr: float | None = 1e-3
     adapt_every: int = 8
     adapt_steps: int = 8

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from omnidraft.bench.bench import Bench
     from omnidraft.bench.engine import Engine
+    from omnidraft.bench.method_table import Bench
 
 # method -> AdaptConfig options by their flat names (AdaptConfig.from_flat), which the row's `adaptation`
 # summary repeats; the paper's L_DM and hybrid rows are full fine-tuning, +LoRA rank 32.

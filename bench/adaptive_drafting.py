@@ -169,11 +169,11 @@ class AdaptiveBench:
         from tqdm import tqdm
 
         from omnidraft.adapt.online import AdaptConfig, HeadTraining, OnlineAdapter, StreamDecoding
-        from omnidraft.bench.adapted import FULL
+        from omnidraft.bench.adapted_rows import FULL
 
         s = self.s
         # Distilling the drafter too: the bench's short-stream settings (the paper's lr and one step per
-        # update barely move the drafter in a few dozen prompts; see bench/adapted.py).
+        # update barely move the drafter in a few dozen prompts; see bench/adapted_rows.py).
         distill = {**FULL, "loss": s.loss} if s.loss != "none" else {"mode": "full", "loss": "none", "engine": "eager"}
         cfg = AdaptConfig.from_flat(**distill)  # FULL is spelt as the method table spells options
         cfg.schedule.every = s.every
