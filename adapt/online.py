@@ -15,7 +15,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -26,81 +26,143 @@ from omnidraft.runtime.speculative import DecodeConfig
 
 from . import delta
 from .buffer import TOP_K, Collector, Record
-from .engine import Trainer, wrap_lora
 from .guard import Measure, measure
 from .loss import LOSSES
+from .trainer import Trainer, wrap_lora
 
+# Options checked for finiteness, by their flat names (see AdaptConfig.flat).
 FLOATS = ("lr", "guard_margin", "distill_temperature", "gamma", "head_lr", "head_bias_lr", "head_reject_weight")
 
 
+def _flat(name: str, default):
+    """A field whose flat name (see AdaptConfig.flat) differs from its own: the group already says it."""
+    return field(default=default, metadata={"flat": name})
+
+
 @dataclass
-class AdaptConfig:
+class UpdateSchedule:
+    """When and how the drafter's weights move."""
+
     mode: str = "lora"  # "lora" | "full"
-    loss: str = "hybrid"  # "hybrid" | "dm"
     rank: int = 32
     every: int = 8  # prompts per update (= batch size)
     steps_per_update: int = 1
     lr: float | None = None  # default: 1e-4 (LoRA) / 2e-5 (full)
     engine: str = "executorch"  # LoRA gradients: "executorch" | "eager"
     seq_len: int = 256  # drafter tokens per training row (fixed program shape)
-    max_new_tokens: int = 48
-    draft_len: int = 4
-    guard_window: int = 8
-    guard_margin: float = 0.02
-    publish_every: int = 8  # updates between guarded publishes (and once at the end)
-    export_formats: tuple[str, ...] = ()
-    export_max_seq_len: int = 512
-    top_k: int = TOP_K
-    distill_temperature: float = 1.0  # temperature of the target distribution p in the KL term
-    splits: bool = True  # the loop may propose split drafter tokens; their labels join the NLL term
     seed: int = 0
-    # Adaptive drafting: draft_len "auto" decodes with the acceptance head; train_head
-    # trains it online (joint or interleaved); loss "none" keeps the drafter frozen (head only).
+
+
+@dataclass
+class Distillation:
+    """What an update minimises."""
+
+    loss: str = "hybrid"  # one of LOSSES, or "none": the drafter stays frozen (acceptance head only)
+    top_k: int = TOP_K
+    temperature: float = _flat("distill_temperature", 1.0)  # of the target distribution p in the KL term
+    splits: bool = True  # the loop may propose split drafter tokens; their labels join the NLL term
+
+
+@dataclass
+class StreamDecoding:
+    """How the pass decodes the stream it learns from."""
+
+    max_new_tokens: int = 48
+    draft_len: int | str = 4  # "auto": decode with the acceptance head
     gamma: float = 0.5
     max_draft_len: int = 16
-    train_head: bool = False
-    head_variant: str = "joint"
-    head_lr: float = 1e-3
-    head_bias_lr: float = 0.1
-    head_reject_weight: float = 1.0
-    head_steps: int = 8
-    head_replay: int = 64
-    head_batch: int = 8
     tune_gamma: bool = False  # auto: tune gamma and K_max online from measured costs (runtime.gamma)
 
+
+@dataclass
+class HeadTraining:
+    """The acceptance head trained online beside the drafter (joint or interleaved)."""
+
+    train: bool = _flat("train_head", False)
+    variant: str = _flat("head_variant", "joint")
+    lr: float = _flat("head_lr", 1e-3)
+    bias_lr: float = _flat("head_bias_lr", 0.1)
+    reject_weight: float = _flat("head_reject_weight", 1.0)
+    steps: int = _flat("head_steps", 8)
+    replay: int = _flat("head_replay", 64)
+    batch: int = _flat("head_batch", 8)
+
+
+@dataclass
+class PublishPolicy:
+    """When an update reaches the per-target state, behind the drift guard, and what is re-lowered."""
+
+    every: int = _flat("publish_every", 8)  # updates between guarded publishes (and once at the end)
+    guard_window: int = 8
+    guard_margin: float = 0.02
+    export_formats: tuple[str, ...] = ()
+    export_max_seq_len: int = 512
+
+
+@dataclass
+class AdaptConfig:
+    """One adaptation run's options, grouped by what they steer."""
+
+    schedule: UpdateSchedule = field(default_factory=UpdateSchedule)
+    distill: Distillation = field(default_factory=Distillation)
+    decoding: StreamDecoding = field(default_factory=StreamDecoding)
+    head: HeadTraining = field(default_factory=HeadTraining)
+    publish: PublishPolicy = field(default_factory=PublishPolicy)
+
+    def _leaves(self):
+        """(flat name, group, attribute) of every option."""
+        for g in fields(self):
+            group = getattr(self, g.name)
+            for f in fields(group):
+                yield f.metadata.get("flat", f.name), group, f.name
+
+    def flat(self) -> dict:
+        """The options under one unique name each (head.lr: head_lr), as report.json lists them and as
+        the `omnidraft adapt` flags spell most of them."""
+        return {name: getattr(group, attr) for name, group, attr in self._leaves()}
+
+    @classmethod
+    def from_flat(cls, **options) -> AdaptConfig:
+        """The config of options named as in :meth:`flat` (the bench's method tables, whose keys its
+        report repeats); the rest keep their defaults."""
+        cfg = cls()
+        where = {name: (group, attr) for name, group, attr in cfg._leaves()}
+        for name, value in options.items():
+            if name not in where:
+                raise TypeError(f"unknown adaptation option {name!r}")
+            setattr(*where[name], value)
+        return cfg
+
     def validate(self) -> None:
+        opts = self.flat()
         for name in FLOATS:
-            v = getattr(self, name)
+            v = opts[name]
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v)):
                 raise InvalidArgument(f"--{name.replace('_', '-')} must be a finite number (got {v})")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InvalidArgument(f"--seed must be an integer >= 0 (got {self.seed})")
-        if self.mode not in ("lora", "full"):
-            raise InvalidArgument(f"unknown adaptation mode {self.mode!r}; use lora or full")
-        if self.loss not in LOSSES and self.loss != "none":
-            raise InvalidArgument(f"unknown --loss {self.loss!r}; choose one of {', '.join(LOSSES)}, none")
-        if self.loss == "none" and not self.train_head:
+        s, d, dec, h = self.schedule, self.distill, self.decoding, self.head
+        if isinstance(s.seed, bool) or not isinstance(s.seed, int) or s.seed < 0:
+            raise InvalidArgument(f"--seed must be an integer >= 0 (got {s.seed})")
+        if s.mode not in ("lora", "full"):
+            raise InvalidArgument(f"unknown adaptation mode {s.mode!r}; use lora or full")
+        if d.loss not in LOSSES and d.loss != "none":
+            raise InvalidArgument(f"unknown --loss {d.loss!r}; choose one of {', '.join(LOSSES)}, none")
+        if d.loss == "none" and not h.train:
             raise InvalidArgument("--loss none trains nothing; add --train-head to train the acceptance head only")
         from omnidraft.runtime.draft_length.policy import validate_adaptive
 
-        validate_adaptive(self.draft_len, self.gamma, self.max_draft_len)
-        if self.train_head:
+        validate_adaptive(dec.draft_len, dec.gamma, dec.max_draft_len)
+        if h.train:
             from .head import VARIANTS
 
-            if self.head_variant not in VARIANTS:
-                raise InvalidArgument(
-                    f"unknown --head-variant {self.head_variant!r}; choose one of {', '.join(VARIANTS)}"
-                )
-            if (
-                not (self.head_lr > 0 and self.head_bias_lr > 0 and self.head_reject_weight > 0)
-                or min(self.head_steps, self.head_replay, self.head_batch) < 1
-            ):
+            if h.variant not in VARIANTS:
+                raise InvalidArgument(f"unknown --head-variant {h.variant!r}; choose one of {', '.join(VARIANTS)}")
+            if not (h.lr > 0 and h.bias_lr > 0 and h.reject_weight > 0) or min(h.steps, h.replay, h.batch) < 1:
                 raise InvalidArgument(
                     "--head-lr, --head-bias-lr and --head-reject-weight must be > 0, --head-steps/--head-replay/"
                     "--head-batch >= 1"
                 )
-        if self.mode == "lora" and self.rank < 1:
-            raise InvalidArgument(f"--lora-rank must be >= 1 (got {self.rank})")
+        if s.mode == "lora" and s.rank < 1:
+            raise InvalidArgument(f"--lora-rank must be >= 1 (got {s.rank})")
         for name in (
             "every",
             "steps_per_update",
@@ -110,14 +172,14 @@ class AdaptConfig:
             "publish_every",
             "top_k",
         ):
-            if getattr(self, name) < 1:
-                raise InvalidArgument(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
-        if self.lr is not None and not self.lr > 0:
-            raise InvalidArgument(f"--lr must be > 0 (got {self.lr})")
-        if not self.distill_temperature > 0:
-            raise InvalidArgument(f"--distill-temperature must be > 0 (got {self.distill_temperature})")
-        if self.guard_margin < 0:
-            raise InvalidArgument(f"--guard-margin must be >= 0 (got {self.guard_margin})")
+            if opts[name] < 1:
+                raise InvalidArgument(f"{name.replace('_', '-')} must be >= 1 (got {opts[name]})")
+        if s.lr is not None and not s.lr > 0:
+            raise InvalidArgument(f"--lr must be > 0 (got {s.lr})")
+        if not d.temperature > 0:
+            raise InvalidArgument(f"--distill-temperature must be > 0 (got {d.temperature})")
+        if self.publish.guard_margin < 0:
+            raise InvalidArgument(f"--guard-margin must be >= 0 (got {self.publish.guard_margin})")
 
 
 @dataclass
@@ -143,7 +205,8 @@ class OnlineAdapter:
     def __init__(self, drafter: str | Path, target: str | Path, state: str | Path, cfg: AdaptConfig) -> None:
         cfg.validate()
         self.cfg = cfg
-        torch.manual_seed(cfg.seed)
+        sched, dist, dec = cfg.schedule, cfg.distill, cfg.decoding
+        torch.manual_seed(sched.seed)
         self.drafter_path = Path(drafter)
         self.ident = delta.PairIdentity.of(drafter, target)
         self.dir = delta.pair_dir(state, self.ident)
@@ -157,8 +220,8 @@ class OnlineAdapter:
         base = self.decoder.drafter.backend.model
         self.model = base
         self.resumed = False
-        if cfg.mode == "lora":
-            self.model = wrap_lora(base, cfg.rank)
+        if sched.mode == "lora":
+            self.model = wrap_lora(base, sched.rank)
             if (self.dir / "adapter").exists() or (self.dir / "adapter.prev").exists():
                 delta.load_adapter(self.model, self.dir / "adapter", self.ident)
                 self.resumed = True
@@ -167,59 +230,60 @@ class OnlineAdapter:
         self.trainer = Trainer(
             self.model,
             vocab.drafter_ids,
-            cfg.mode,
-            cfg.loss,
-            cfg.engine,
-            cfg.lr,
-            cfg.every,
-            cfg.seq_len,
-            min(cfg.top_k, vocab.size),
-            pad,
+            mode=sched.mode,
+            loss=dist.loss,
+            engine=sched.engine,
+            lr=sched.lr,
+            batch_size=sched.every,
+            seq_len=sched.seq_len,
+            k=min(dist.top_k, vocab.size),
+            pad_id=pad,
         )
         self.collector = Collector(
             self.decoder.drafter.codec,
             self.decoder.target.codec,
             vocab,
-            k=cfg.top_k,
-            temperature=cfg.distill_temperature,
-            splits=cfg.splits,
-            token_probs=cfg.loss == "hybrid-dynamic",
+            k=dist.top_k,
+            temperature=dist.temperature,
+            splits=dist.splits,
+            token_probs=dist.loss == "hybrid-dynamic",
         )
         self.dcfg = DecodeConfig(
-            max_new_tokens=cfg.max_new_tokens,
+            max_new_tokens=dec.max_new_tokens,
             temperature=0.0,
-            draft_len=cfg.draft_len,
+            draft_len=dec.draft_len,
             mode="ngram",
-            seed=cfg.seed,
-            gamma=cfg.gamma,
-            max_draft_len=cfg.max_draft_len,
-            splits=cfg.splits,
+            seed=sched.seed,
+            gamma=dec.gamma,
+            max_draft_len=dec.max_draft_len,
+            splits=dist.splits,
         )
         self.head = self.head_collector = None
         self._last_head = None
         self.gamma_ctl = None
-        if cfg.tune_gamma and self.dcfg.adaptive:
+        if dec.tune_gamma and self.dcfg.adaptive:
             from omnidraft.runtime.draft_length.controller import GammaController
 
             # Drafting stays on here: the drafter and its head learn from the rounds they draft.
-            self.gamma_ctl = GammaController(gamma=cfg.gamma, k_max=cfg.max_draft_len, allow_off=False)
-        if cfg.train_head:
+            self.gamma_ctl = GammaController(gamma=dec.gamma, k_max=dec.max_draft_len, allow_off=False)
+        if cfg.head.train:
             from .head import HeadCollector, HeadTrainer, initial_head
 
             drf = self.decoder.drafter.backend
             module = initial_head(drf, self.dir / "drafter", self.resumed)
             drf.attach_head(module)
+            h = cfg.head
             self.head = HeadTrainer(
                 module,
-                cfg.head_variant,
-                lr=cfg.head_lr,
-                bias_lr=cfg.head_bias_lr,
-                reject_weight=cfg.head_reject_weight,
-                steps=cfg.head_steps,
-                replay=cfg.head_replay,
-                batch=cfg.head_batch,
+                h.variant,
+                lr=h.lr,
+                bias_lr=h.bias_lr,
+                reject_weight=h.reject_weight,
+                steps=h.steps,
+                replay=h.replay,
+                batch=h.batch,
                 temperature=self.dcfg.temperature,
-                seed=cfg.seed,
+                seed=sched.seed,
                 lm_head=base.get_output_embeddings(),
             )
             self.head_collector = HeadCollector(drf, self.dcfg.temperature)
@@ -271,7 +335,7 @@ class OnlineAdapter:
             raise InvalidArgument("the stream has no prompts")
         buf: list[Record] = []
         hbuf: list = []  # the acceptance head's records of the same prompts
-        window: deque[str] = deque(maxlen=self.cfg.guard_window)
+        window: deque[str] = deque(maxlen=self.cfg.publish.guard_window)
         for i, prompt in enumerate(prompts):
             t0 = time.perf_counter()
             rec = self.decode(prompt)
@@ -283,10 +347,10 @@ class OnlineAdapter:
                 window.append(prompt)
             if on_prompt is not None:
                 on_prompt(i, rec)
-            if len(buf) == self.cfg.every:
+            if len(buf) == self.cfg.schedule.every:
                 self.update(buf, hbuf)
                 buf, hbuf = [], []
-                if self.updates % self.cfg.publish_every == 0:
+                if self.updates % self.cfg.publish.every == 0:
                     self.publish(list(window))
             elif self.head is not None:
                 t1 = time.perf_counter()
@@ -312,7 +376,7 @@ class OnlineAdapter:
     def update(self, records: list[Record], head_records: list | None = None) -> None:
         t0 = time.perf_counter()
         self.updates += 1
-        for s in range(self.cfg.steps_per_update if self.cfg.loss != "none" else 0):
+        for s in range(self.cfg.schedule.steps_per_update if self.cfg.distill.loss != "none" else 0):
             res = self.trainer.step(records, self.updates)
             self.log.losses.append(
                 {
@@ -347,13 +411,14 @@ class OnlineAdapter:
                     "acceptance_new": round(new, 4),
                     "acceptance_previous": round(old, 4),
                 }
-                if new < old - self.cfg.guard_margin:
+                margin = self.cfg.publish.guard_margin
+                if new < old - margin:
                     event["action"] = "rolled-back"
                     self.trainer.reset_optimizer()
                     self.log.events.append(event)
                     print(
                         f"note: update {self.updates}: window acceptance {new:.3f} < previous {old:.3f} - "
-                        f"{self.cfg.guard_margin}; delta rolled back",
+                        f"{margin}; delta rolled back",
                         file=sys.stderr,
                     )
                     if not final:
@@ -369,9 +434,10 @@ class OnlineAdapter:
             self.log.publish_seconds += time.perf_counter() - t0
 
     def _write(self, weights: dict[str, torch.Tensor]) -> None:
-        info = {"updates": self.updates, "mode": self.cfg.mode, "loss": self.cfg.loss, "rank": self.cfg.rank}
+        sched = self.cfg.schedule
+        info = {"updates": self.updates, "mode": sched.mode, "loss": self.cfg.distill.loss, "rank": sched.rank}
         self.decoder.cache.save(self.cache_path)
-        if self.cfg.mode == "lora":
+        if sched.mode == "lora":
             delta.save_adapter(self.model, self.dir / "adapter", self.ident, info)
         extra = None
         if self.head is not None:  # beside the merged weights it was trained on, published with them
@@ -386,16 +452,15 @@ class OnlineAdapter:
     def export(self) -> dict[str, str]:
         """Re-lower the published merged drafter through `omnidraft export` (parity gate included)."""
         out = {}
-        for fmt in self.cfg.export_formats:
+        pub = self.cfg.publish
+        for fmt in pub.export_formats:
             if self.head is not None and fmt == "onnx":  # the head goes inside the graph
                 from .head import export_with_head
 
-                path = export_with_head(self.dir / "drafter", self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len)
+                path = export_with_head(self.dir / "drafter", self.dir / f"drafter-{fmt}", pub.export_max_seq_len)
                 out[fmt] = str(path)
                 continue
-            path = delta.export_merged(
-                self.dir / "drafter", fmt, self.dir / f"drafter-{fmt}", self.cfg.export_max_seq_len
-            )
+            path = delta.export_merged(self.dir / "drafter", fmt, self.dir / f"drafter-{fmt}", pub.export_max_seq_len)
             out[fmt] = str(path)
         return out
 
@@ -415,6 +480,7 @@ class OnlineAdapter:
             self.decoder.cache = live_c
 
     def config_dict(self) -> dict:
-        d = asdict(self.cfg)
-        d["export_formats"] = list(self.cfg.export_formats)
+        """The run's options for report.json, flat: the names its `omnidraft adapt` flags use."""
+        d = self.cfg.flat()
+        d["export_formats"] = list(d["export_formats"])
         return d

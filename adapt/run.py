@@ -106,7 +106,7 @@ def adapt_stream(
             bar.set_postfix(acc=f"{acc[0] / max(prop[0], 1):.3f}", upd=ad.updates)
 
         log = ad.run(train, on_prompt)
-    exports = ad.export() if cfg.export_formats else {}
+    exports = ad.export() if cfg.publish.export_formats else {}
     if test:
         final_cache = ad._cache_copy()
         with _bar(len(test), "eval after", progress) as bar:
@@ -131,7 +131,7 @@ def adapt_stream(
 
             from .guard import measure
 
-            tcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, temperature=0.0, mode="target-only")
+            tcfg = DecodeConfig(max_new_tokens=cfg.decoding.max_new_tokens, temperature=0.0, mode="target-only")
             ref = measure(ad.decoder, test[:greedy_check], tcfg)
             same = sum(a == b for a, b in zip(after.outputs, ref.outputs))
             ev["greedy_identical"] = {"checked": min(len(ref.outputs), len(after.outputs)), "same": same}
@@ -186,7 +186,7 @@ def adapt_stream(
 
         cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))
         result["head"] = {
-            "variant": cfg.head_variant,
+            "variant": cfg.head.variant,
             "updates": sum("loss" in x for x in ad.head.losses),
             "losses": ad.head.losses,
             "calibration": cal,
@@ -195,10 +195,10 @@ def adapt_stream(
         }
         out.mkdir(parents=True, exist_ok=True)
         if plot_calibration(
-            {stream: {f"{cfg.head_variant} (during the stream)": cal}},
+            {stream: {f"{cfg.head.variant} (during the stream)": cal}},
             out / "calibration.png",
             "acceptance head calibration",
         ):
             result["head"]["plot"] = str(out / "calibration.png")
-    result["files"] = reporting.write(out, result, log.accepted, log.proposed, cfg.every)
+    result["files"] = reporting.write(out, result, log.accepted, log.proposed, cfg.schedule.every)
     return result

@@ -56,7 +56,7 @@ class DemoSettings:
     # One stream keeps the run within 5 minutes; code is where a short pass lifts acceptance most.
     adapt_streams: tuple[str, ...] = ("code",)
     adapt_rank: int = 32
-    # Short-stream settings (see bench/adapted.py): 8 AdamW steps per update of 8 prompts, sharpened target.
+    # Short-stream settings (see bench/adapted_rows.py): 8 AdamW steps per update of 8 prompts, sharpened target.
     adapt_lr: float | None = 1e-3
     adapt_every: int = 8
     adapt_steps: int = 8
@@ -136,24 +136,28 @@ def _adapt(
     drafter (exported for the demo's backend), its n-gram cache, and a summary."""
     from tqdm import tqdm
 
-    from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+    from omnidraft.adapt.online import (
+        AdaptConfig,
+        Distillation,
+        HeadTraining,
+        OnlineAdapter,
+        StreamDecoding,
+        UpdateSchedule,
+    )
 
     auto = s.draft_len == "auto"
     cfg = AdaptConfig(
-        mode="lora",
-        loss="hybrid",
-        rank=s.adapt_rank,
-        lr=s.adapt_lr,
-        every=s.adapt_every,
-        steps_per_update=s.adapt_steps,
-        engine=s.adapt_engine,
-        distill_temperature=s.adapt_temperature,
-        max_new_tokens=s.max_new_tokens,
-        draft_len=s.draft_len,
-        gamma=s.gamma,
-        train_head=auto,
-        head_variant="interleaved",
-        tune_gamma=auto,
+        schedule=UpdateSchedule(
+            mode="lora",
+            rank=s.adapt_rank,
+            lr=s.adapt_lr,
+            every=s.adapt_every,
+            steps_per_update=s.adapt_steps,
+            engine=s.adapt_engine,
+        ),
+        distill=Distillation(loss="hybrid", temperature=s.adapt_temperature),
+        decoding=StreamDecoding(max_new_tokens=s.max_new_tokens, draft_len=s.draft_len, gamma=s.gamma, tune_gamma=auto),
+        head=HeadTraining(train=auto, variant="interleaved"),
     )
     train = [p.prompt for p in load_stream(name, "train", target=pair.target)[: s.adapt_prompts]]
     # The adapter decodes with the deployed target (the backend's export) so its targets are on-policy.

@@ -12,7 +12,7 @@ from omnidraft.errors import OmnidraftError
 from omnidraft.models.streams import load_stream
 
 if TYPE_CHECKING:
-    from omnidraft.bench.bench import Bench, _Stream
+    from omnidraft.bench.method_table import Bench, _Stream
 
 OWN_BACKENDS = ("torch", "ort", "executorch")
 REPLAYABLE = ("spd-dm", "spd-dm+ngram", "spd-dm+ngram_pp")
@@ -25,7 +25,7 @@ NEEDS_HEAD = ("hybrid+adaptive",)
 def best_method(bench: Bench, st: _Stream, backend: str | None = None) -> str | None:
     """The fastest measured method of this stream on the main backend that can be replayed on
     ``backend`` (an adapted drafter is an HF folder, exported like any other)."""
-    from omnidraft.bench import adapted
+    from omnidraft.bench import adapted_rows
 
     rows = [
         r
@@ -33,7 +33,7 @@ def best_method(bench: Bench, st: _Stream, backend: str | None = None) -> str | 
         if r["stream"] == st.name
         and r.get("status") == "ok"
         and r["method"] != "target-only"
-        and (r["method"] in REPLAYABLE or adapted.replayable(r["method"]))
+        and (r["method"] in REPLAYABLE or adapted_rows.replayable(r["method"]))
         and not (backend == "executorch" and r["method"] in NEEDS_HEAD)
     ]
     return max(rows, key=lambda r: r["tokens_per_s"])["method"] if rows else None
@@ -41,7 +41,7 @@ def best_method(bench: Bench, st: _Stream, backend: str | None = None) -> str | 
 
 def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
     """Target-only and ``method`` on ``backend``, starting from the same state as the method row."""
-    from omnidraft.bench import adapted
+    from omnidraft.bench import adapted_rows
 
     s = bench.s
     eng = bench.engine(backend)
@@ -51,7 +51,7 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
     elif method == "spd-dm+ngram_pp":
         cache = eng.load_cache(st.pp_cache)
     elif method not in REPLAYABLE:
-        drafter, cache = adapted.for_backend(bench, eng, st.name, method)
+        drafter, cache = adapted_rows.for_backend(bench, eng, st.name, method)
         eng.warm_up(bench.warm_prompt, drafter)
     k, tune = st.ks.get(method, st.draft_len), None
     if method == "hybrid+adaptive":  # adaptive drafting from --gamma and K_max 16, tuned online (as its row)

@@ -22,7 +22,7 @@ import torch
 from omnidraft.adapt import delta
 from omnidraft.adapt.buffer import Record
 from omnidraft.adapt.guard import Measure, measure
-from omnidraft.adapt.online import AdaptConfig, OnlineAdapter, StreamLog
+from omnidraft.adapt.online import AdaptConfig, OnlineAdapter, PublishPolicy, StreamDecoding, StreamLog, UpdateSchedule
 from omnidraft.runtime.speculative import DecodeConfig
 
 from .aggregate import Adapter
@@ -42,18 +42,21 @@ class Learner:
     def __init__(self, *, drafter: Path, target: Path, local: LocalConfig, seed: int = 0) -> None:
         self.drafter, self.target = Path(drafter), Path(target)
         self.cfg = AdaptConfig(
-            rank=local.rank,
-            every=local.prompts_per_round,
-            max_new_tokens=local.max_new_tokens,
-            draft_len=local.draft_len,
-            lr=local.lr,
-            steps_per_update=local.local_steps,
-            engine=local.engine,
-            seq_len=local.seq_len,
-            guard_window=local.guard_window,
-            guard_margin=local.guard_margin,
-            publish_every=1_000_000,  # one guarded publish, at the end of the round's pass
-            seed=seed,
+            schedule=UpdateSchedule(
+                rank=local.rank,
+                every=local.prompts_per_round,
+                steps_per_update=local.local_steps,
+                lr=local.lr,
+                engine=local.engine,
+                seq_len=local.seq_len,
+                seed=seed,
+            ),
+            decoding=StreamDecoding(max_new_tokens=local.max_new_tokens, draft_len=local.draft_len),
+            publish=PublishPolicy(
+                every=1_000_000,  # one guarded publish, at the end of the round's pass
+                guard_window=local.guard_window,
+                guard_margin=local.guard_margin,
+            ),
         )
         # The adapter's own state folder is scratch: what counts leaves in the reply message.
         self._scratch = tempfile.TemporaryDirectory(prefix="omnidraft-fleet-")
@@ -100,7 +103,7 @@ class Learner:
         """A poisoned device: every distillation target is a random intersection token and its own
         drift guard is off (an attacker would not run it)."""
         ad, rng = self.ad, np.random.default_rng(seed)
-        decode, margin = ad.decode, ad.cfg.guard_margin
+        decode, margin = ad.decode, ad.cfg.publish.guard_margin
         size = ad.decoder.vocab.size
 
         def random_targets(prompt: str) -> Record | None:
@@ -114,11 +117,11 @@ class Learner:
                     rec.ng_prob = rec.ng_prob[:0]
             return rec
 
-        ad.decode, ad.cfg.guard_margin = random_targets, float("inf")
+        ad.decode, ad.cfg.publish.guard_margin = random_targets, float("inf")
         try:
             yield
         finally:
-            ad.decode, ad.cfg.guard_margin = decode, margin
+            ad.decode, ad.cfg.publish.guard_margin = decode, margin
 
     # -- measurements --------------------------------------------------------------------------
     def acceptance(self, adapter: Adapter, prompts: list[str], *, mode: str = "ngram") -> Measure:
@@ -129,7 +132,10 @@ class Learner:
         dec.cache = copy.deepcopy(self.empty_cache)
         try:
             cfg = DecodeConfig(
-                max_new_tokens=self.cfg.max_new_tokens, temperature=0.0, draft_len=self.cfg.draft_len, mode=mode
+                max_new_tokens=self.cfg.decoding.max_new_tokens,
+                temperature=0.0,
+                draft_len=self.cfg.decoding.draft_len,
+                mode=mode,
             )
             return measure(dec, prompts, cfg)
         finally:

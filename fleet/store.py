@@ -20,7 +20,7 @@ import torch
 
 from omnidraft import atomic
 from omnidraft.adapt import delta
-from omnidraft.adapt.engine import lora_config
+from omnidraft.adapt.trainer import lora_config
 from omnidraft.errors import AdapterError
 
 from .aggregate import Adapter, check_adapter

@@ -3,7 +3,8 @@
 ExecuTorch's threadpool probes the CPU through cpuinfo on first use and prints each probe (files
 that only exist on Arm, a CPU count it disagrees with) to the process's stderr from C++, past
 Python's ``sys.stderr``. ``without_native_lines`` catches file descriptor 2 for the duration of a
-call and writes back every line that does not match.
+call and writes back every line that does not match; ``FirstUse`` does so around a call's first run
+only.
 """
 
 from __future__ import annotations
@@ -39,3 +40,21 @@ def without_native_lines(pattern: re.Pattern[bytes] = CPUINFO) -> Iterator[None]
             kept = [line for line in tmp.read().splitlines(keepends=True) if not pattern.match(line)]
             if kept:
                 os.write(fd, b"".join(kept))
+
+
+class FirstUse:
+    """``with first_use():`` drops the native lines the first time only. For a call made once per
+    decode step whose first run may start the threadpool: catching fd 2 on every step would cost each
+    one a temporary file and two dup2 calls, for a probe that prints once per process."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self.done:
+            yield
+            return
+        self.done = True
+        with without_native_lines():
+            yield

@@ -95,9 +95,9 @@ def test_bad_inputs(pair, tmp_path, capsys, extra, needle):
 def test_bench_hybrid_adaptive_row(pair, tmp_path, monkeypatch):
     """`omnidraft bench`'s hybrid+adaptive row, with a real (tiny) adaptation pass that trains the
     head; the other adapted rows are left out to keep the test short."""
-    from omnidraft.bench import adapted
+    from omnidraft.bench import adapted_rows
 
-    monkeypatch.setattr(adapted, "METHODS", {"hybrid+adaptive": adapted.METHODS["hybrid+adaptive"]})
+    monkeypatch.setattr(adapted_rows, "METHODS", {"hybrid+adaptive": adapted_rows.METHODS["hybrid+adaptive"]})
     from omnidraft.bench import peer_section
 
     monkeypatch.setattr(peer_section, "best_method", lambda bench, st, backend=None: "hybrid+adaptive")

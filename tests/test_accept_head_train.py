@@ -11,7 +11,15 @@ import torch
 from tiny_models import make_tiny_model
 
 from omnidraft.adapt.head import HeadRecord, HeadTrainer, calibration, head_loss, labels
-from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+from omnidraft.adapt.online import (
+    AdaptConfig,
+    Distillation,
+    HeadTraining,
+    OnlineAdapter,
+    PublishPolicy,
+    StreamDecoding,
+    UpdateSchedule,
+)
 from omnidraft.cli import main
 from omnidraft.runtime.draft_length.head_file import drafter_identity, read_head
 from omnidraft.runtime.draft_length.head_model import AcceptHead
@@ -154,29 +162,20 @@ def test_calibration_bins():
     assert [c["count"] for c in cal] == [1, 2, 1] and cal[1]["observed"] == 0.5
 
 
-def _cfg(**kw) -> AdaptConfig:
-    base = dict(
-        every=4,
-        max_new_tokens=12,
-        engine="eager",
-        lr=3e-2,
-        rank=4,
-        publish_every=1,
-        guard_margin=1.0,
-        train_head=True,
-        draft_len="auto",
-        gamma=0.6,
-        max_draft_len=6,
-        head_replay=8,
-        head_batch=2,
+def _cfg(*, variant: str, loss: str) -> AdaptConfig:
+    return AdaptConfig(
+        schedule=UpdateSchedule(every=4, engine="eager", lr=3e-2, rank=4),
+        distill=Distillation(loss=loss),
+        decoding=StreamDecoding(max_new_tokens=12, draft_len="auto", gamma=0.6, max_draft_len=6),
+        head=HeadTraining(train=True, variant=variant, replay=8, batch=2),
+        publish=PublishPolicy(every=1, guard_margin=1.0),
     )
-    return AdaptConfig(**{**base, **kw})
 
 
 @pytest.mark.parametrize("variant,loss", [("joint", "hybrid"), ("interleaved", "none")])
 def test_online_head_training(pair, tmp_path, variant, loss):
     d, t, _ = pair
-    ad = OnlineAdapter(d, t, tmp_path / "state", _cfg(head_variant=variant, loss=loss))
+    ad = OnlineAdapter(d, t, tmp_path / "state", _cfg(variant=variant, loss=loss))
     before = {n: p.detach().clone() for n, p in ad.head.head.named_parameters()}
     log = ad.run(PROMPTS)
     assert len(log.head_observed) > 0 and len(log.head_observed) == len(log.head_predicted)

@@ -10,7 +10,7 @@ import torch
 from tiny_models import make_tiny_model
 
 from omnidraft.adapt.buffer import Record
-from omnidraft.adapt.engine import Trainer, wrap_lora
+from omnidraft.adapt.trainer import Trainer, wrap_lora
 
 K = 8
 

@@ -7,7 +7,7 @@ import torch
 from tiny_models import make_tiny_model
 
 from omnidraft.adapt import delta
-from omnidraft.adapt.engine import wrap_lora
+from omnidraft.adapt.trainer import wrap_lora
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 

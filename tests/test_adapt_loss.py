@@ -8,8 +8,8 @@ import torch
 from tiny_models import make_tiny_model
 
 from omnidraft.adapt.buffer import Collector, Record, compact_target
-from omnidraft.adapt.engine import Trainer, wrap_lora
 from omnidraft.adapt.loss import LAMBDA, SPLIT_LAMBDA, hybrid_loss, make_batch
+from omnidraft.adapt.trainer import Trainer, wrap_lora
 from omnidraft.runtime.session import open_pair
 from omnidraft.runtime.speculative import DecodeConfig
 

@@ -11,7 +11,7 @@ from tiny_models import make_tiny_model
 
 from omnidraft.adapt import online
 from omnidraft.adapt.guard import Measure
-from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+from omnidraft.adapt.online import AdaptConfig, OnlineAdapter, PublishPolicy, StreamDecoding, UpdateSchedule
 from omnidraft.cli import main
 from omnidraft.runtime.speculative import DecodeConfig
 
@@ -37,9 +37,12 @@ def pair(tmp_path_factory, tokenizer_path):
     return d, t, stream
 
 
-def _cfg(**kw) -> AdaptConfig:
-    base = dict(every=4, max_new_tokens=12, engine="eager", lr=3e-2, rank=4, publish_every=1, guard_margin=1.0)
-    return AdaptConfig(**{**base, **kw})
+def _cfg(*, lr: float = 3e-2, draft_len: int = 4) -> AdaptConfig:
+    return AdaptConfig(
+        schedule=UpdateSchedule(every=4, engine="eager", lr=lr, rank=4),
+        decoding=StreamDecoding(max_new_tokens=12, draft_len=draft_len),
+        publish=PublishPolicy(every=1, guard_margin=1.0),
+    )
 
 
 def test_cli_run_writes_report_and_per_target_state(pair, tmp_path, capsys):
@@ -147,7 +150,7 @@ def test_drift_guard_rolls_back_a_worse_delta(pair, tmp_path, monkeypatch):
         return m
 
     monkeypatch.setattr(online, "measure", scripted)
-    ad.cfg.guard_margin = 0.02
+    ad.cfg.publish.guard_margin = 0.02
     assert ad.publish(PROMPTS[:4]) is False
     now = ad.trainer.snapshot()
     assert all(torch.equal(now[n], initial[n]) for n in now)  # rolled back to the published weights

@@ -4,6 +4,8 @@ paths (ExecuTorch's LLM path and the transformers static-cache path)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +81,16 @@ def test_loader_builds_it_from_the_manifest(pair):
     lm = load_model(et.export_dir)
     assert lm.source == "executorch" and isinstance(lm.backend, ExecuTorchBackend)
     assert lm.backend.forward([1, 2], 0).shape == (2, et.vocab_size)
+
+
+def test_loading_and_the_first_forward_print_no_cpuinfo_probe(pair):
+    """ExecuTorch's threadpool prints its CPU probe to fd 2 on first use, once per process: a fresh
+    process loads the program and runs it, and its stderr keeps everything but those lines."""
+    et, _ = pair
+    code = (
+        "import sys; from omnidraft.runtime.loader import load_model; "
+        "load_model(sys.argv[1]).backend.forward([1, 2, 3], 0); print('done', file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(et.export_dir)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stderr.endswith("done\n"), r.stderr
+    assert "cpuinfo_utils" not in r.stderr, r.stderr

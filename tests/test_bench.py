@@ -14,8 +14,8 @@ import time
 import pytest
 
 from omnidraft.bench import engine as engine_mod
-from omnidraft.bench.bench import METHODS
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
+from omnidraft.bench.method_table import METHODS
 from omnidraft.bench.metrics import ideal_speedup, projected_speedup, speedup_bound
 from omnidraft.cli import main
 from omnidraft.runtime.ngram_cache import NgramCache
@@ -81,7 +81,7 @@ def report(pair, tmp_path_factory):
     """One bench run. The adaptation bridge is stubbed (the real pass is tested in tests/test_adapt*):
     l-dm and hybrid get the untrained drafter back, hybrid+lora's pass raises, to exercise the
     plumbing of adapted rows and of failure rows."""
-    from omnidraft.bench import adapted
+    from omnidraft.bench import adapted_rows
 
     def fake_adapt(bench, eng, stream, method, train, k):
         if method == "hybrid+lora":
@@ -92,9 +92,9 @@ def report(pair, tmp_path_factory):
     argv = _argv(pair, out, "--peers", "hf,torch")
     argv[argv.index("--adapt-prompts") + 1] = "1"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(adapted, "unavailable_reason", lambda: None)
-        mp.setattr(adapted, "replayable", lambda method: False)
-        mp.setattr(adapted, "adapt", fake_adapt)
+        mp.setattr(adapted_rows, "unavailable_reason", lambda: None)
+        mp.setattr(adapted_rows, "replayable", lambda method: False)
+        mp.setattr(adapted_rows, "adapt", fake_adapt)
         code = main(argv)
     assert code == 0
     return out, json.loads((out / "bench.json").read_text())
@@ -243,7 +243,7 @@ def test_growth_tracker_and_summary():
 
 
 def test_adapted_runs_only_the_rows_it_names(pair, tmp_path, monkeypatch):
-    from omnidraft.bench import adapted
+    from omnidraft.bench import adapted_rows
 
     passes = []
 
@@ -251,9 +251,9 @@ def test_adapted_runs_only_the_rows_it_names(pair, tmp_path, monkeypatch):
         passes.append(method)
         return eng.drafter, eng.new_cache(), {"train_prompts": 0, "stub": True}
 
-    monkeypatch.setattr(adapted, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(adapted, "replayable", lambda method: False)
-    monkeypatch.setattr(adapted, "adapt", fake_adapt)
+    monkeypatch.setattr(adapted_rows, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(adapted_rows, "replayable", lambda method: False)
+    monkeypatch.setattr(adapted_rows, "adapt", fake_adapt)
     argv = _argv(pair, tmp_path / "o", "--peers", "none", "--no-eviction", "--adapted", "hybrid")
     argv[argv.index("--adapt-prompts") + 1] = "1"
     assert main(argv) == 0
@@ -266,11 +266,11 @@ def test_adapted_runs_only_the_rows_it_names(pair, tmp_path, monkeypatch):
 
 
 def test_adapted_rows_say_why_they_are_missing(monkeypatch):
-    from omnidraft.bench import adapted
+    from omnidraft.bench import adapted_rows
 
-    monkeypatch.setattr(adapted, "_online", lambda: None)
-    assert adapted.unavailable_reason() == "not available: omnidraft.adapt missing"
-    assert not adapted.replayable("hybrid")
+    monkeypatch.setattr(adapted_rows, "_online", lambda: None)
+    assert adapted_rows.unavailable_reason() == "not available: omnidraft.adapt missing"
+    assert not adapted_rows.replayable("hybrid")
 
 
 def test_checks_follow_the_numbers():
@@ -436,7 +436,7 @@ def test_adaptive_row_controller_is_tuned_on_train_prompts_after_the_pass(pair, 
     from types import SimpleNamespace
 
     from omnidraft.adapt.head import AcceptHead
-    from omnidraft.bench.bench import Bench, BenchSettings
+    from omnidraft.bench.method_table import Bench, BenchSettings
     from omnidraft.runtime.draft_length.controller import GammaController
 
     d, t = pair
@@ -474,7 +474,7 @@ def test_tune_prompts_must_not_be_negative(pair, tmp_path, capsys):
 
 
 def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
-    from omnidraft.bench.bench import _row
+    from omnidraft.bench.method_table import _row
     from omnidraft.bench.streams_eval import StreamRun
     from omnidraft.runtime.speculative import DecodeStats
 

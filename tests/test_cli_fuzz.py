@@ -45,8 +45,8 @@ WORK = {  # (module, attribute path) where each command's real work starts
     "import-gguf": [("omnidraft.models.gguf_import", "_load")],
     "models": [("omnidraft.models.sources", "install")],  # fetching packages is the work
     "adapt": [("omnidraft.adapt.online", "OnlineAdapter.__init__")],
-    "bench": [("omnidraft.bench.bench", "run_bench")],
-    "bench-adaptive": [("omnidraft.bench.adaptive", "AdaptiveBench.run")],
+    "bench": [("omnidraft.bench.method_table", "run_bench")],
+    "bench-adaptive": [("omnidraft.bench.adaptive_drafting", "AdaptiveBench.run")],
     "bench-export": [("omnidraft.bench.export_timing", "run_bench")],
     "demo": [("omnidraft.bench.demo", "run_demo")],
     "android-vectors": [

@@ -155,12 +155,24 @@ ADAPT_STEPS = [
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory, tokenizer_path):
-    from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
+    from omnidraft.adapt.online import (
+        AdaptConfig,
+        HeadTraining,
+        OnlineAdapter,
+        PublishPolicy,
+        StreamDecoding,
+        UpdateSchedule,
+    )
 
     root = tmp_path_factory.mktemp("crash-adapt")
     d = make_tiny_model(root / "d", "llama", tokenizer_path("llama-spm"), seed=1)
     t = make_tiny_model(root / "t", "qwen2", tokenizer_path("gpt-2"), seed=2)
-    cfg = AdaptConfig(every=2, max_new_tokens=8, engine="eager", lr=3e-2, rank=4, publish_every=1, train_head=True)
+    cfg = AdaptConfig(
+        schedule=UpdateSchedule(every=2, engine="eager", lr=3e-2, rank=4),
+        decoding=StreamDecoding(max_new_tokens=8),
+        head=HeadTraining(train=True),
+        publish=PublishPolicy(every=1),
+    )
     ad = OnlineAdapter(d, t, root / "state", cfg)
     ad.run(["def add(a, b):\n    return", "The quick brown fox jumps over"])
     return ad

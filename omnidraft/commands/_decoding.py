@@ -11,17 +11,24 @@ def add_draft_length(
     draft_len: str | None = "4",
     max_draft_len: bool = True,
     gamma_help: str = "auto: stopping threshold in (0, 1) (paper: 0.3 text, 0.7 code/math; default 0.5)",
+    auto: bool = True,
 ) -> None:
     """``--draft-len`` (omitted where ``draft_len`` is None), ``--gamma`` and ``--max-draft-len`` (where
-    ``max_draft_len``)."""
+    ``max_draft_len``). ``auto`` False: a command that decodes at a fixed K only: ``--draft-len`` is an
+    integer and neither of the others is declared."""
     if draft_len is not None:
         p.add_argument(
             "--draft-len",
             default=draft_len,
+            type=str if auto else int,
             metavar="K",
             help=f"drafter tokens per round, or 'auto': the drafter's acceptance head stops drafting once "
-            f"P(a rejection) > --gamma (default {draft_len})",
+            f"P(a rejection) > --gamma (default {draft_len})"
+            if auto
+            else f"drafter tokens per round (default {draft_len})",
         )
+    if not auto:
+        return
     p.add_argument("--gamma", type=float, default=0.5, help=gamma_help)
     if max_draft_len:
         p.add_argument(

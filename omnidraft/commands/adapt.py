@@ -110,7 +110,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from omnidraft.adapt.online import AdaptConfig
+    from omnidraft.adapt.online import (
+        AdaptConfig,
+        Distillation,
+        HeadTraining,
+        PublishPolicy,
+        StreamDecoding,
+        UpdateSchedule,
+    )
     from omnidraft.adapt.run import adapt_stream
     from omnidraft.runtime.draft_length.policy import parse_draft_len
 
@@ -119,34 +126,40 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         raise InvalidArgument(f"unknown --export format(s) {', '.join(bad)}; use onnx and/or executorch")
     cfg = AdaptConfig(
-        mode="full" if args.full_ft else "lora",
-        loss=args.loss,
-        rank=args.lora_rank,
-        every=args.every,
-        steps_per_update=args.steps_per_update,
-        lr=args.lr,
-        engine=args.engine,
-        seq_len=args.seq_len,
-        max_new_tokens=args.max_new_tokens,
-        draft_len=parse_draft_len(args.draft_len),
-        guard_window=args.guard_window,
-        guard_margin=args.guard_margin,
-        publish_every=args.publish_every,
-        export_formats=formats,
-        distill_temperature=args.distill_temperature,
-        seed=args.seed,
-        gamma=args.gamma,
-        max_draft_len=args.max_draft_len,
-        train_head=args.train_head,
-        head_variant=args.head_variant,
-        head_lr=args.head_lr,
-        head_bias_lr=args.head_bias_lr,
-        head_reject_weight=args.head_reject_weight,
-        tune_gamma=args.tune_gamma,
-        head_steps=args.head_steps,
-        head_replay=args.head_replay,
-        head_batch=args.head_batch,
-        splits=not args.no_splits,
+        schedule=UpdateSchedule(
+            mode="full" if args.full_ft else "lora",
+            rank=args.lora_rank,
+            every=args.every,
+            steps_per_update=args.steps_per_update,
+            lr=args.lr,
+            engine=args.engine,
+            seq_len=args.seq_len,
+            seed=args.seed,
+        ),
+        distill=Distillation(loss=args.loss, temperature=args.distill_temperature, splits=not args.no_splits),
+        decoding=StreamDecoding(
+            max_new_tokens=args.max_new_tokens,
+            draft_len=parse_draft_len(args.draft_len),
+            gamma=args.gamma,
+            max_draft_len=args.max_draft_len,
+            tune_gamma=args.tune_gamma,
+        ),
+        head=HeadTraining(
+            train=args.train_head,
+            variant=args.head_variant,
+            lr=args.head_lr,
+            bias_lr=args.head_bias_lr,
+            reject_weight=args.head_reject_weight,
+            steps=args.head_steps,
+            replay=args.head_replay,
+            batch=args.head_batch,
+        ),
+        publish=PublishPolicy(
+            every=args.publish_every,
+            guard_window=args.guard_window,
+            guard_margin=args.guard_margin,
+            export_formats=formats,
+        ),
     )
     split = None if args.eval_split in ("none", "") else args.eval_split
     try:

@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from omnidraft.bench.adaptive import AdaptiveBench, AdaptiveSettings
+    from omnidraft.bench.adaptive_drafting import AdaptiveBench, AdaptiveSettings
     from omnidraft.errors import InvalidArgument
 
     try:

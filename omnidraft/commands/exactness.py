@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from omnidraft.commands._decoding import add_draft_length
+
 HELP = "check that a drafter/target pair's greedy speculative output equals target-only on held-out prompts"
 
 
@@ -16,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--streams", default="code,math,text", help="comma-separated: code, math, text")
     p.add_argument("--prompts", type=int, default=10, help="held-out prompts per stream (default 10)")
     p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--draft-len", type=int, default=4, metavar="K")
+    add_draft_length(p, auto=False)
     p.add_argument("--modes", default="dm,ngram", help="drafting modes to check, comma-separated: dm, ngram")
     p.add_argument(
         "--chat-from", help="model folder or name whose chat template wraps the prompts (default: the target's)"

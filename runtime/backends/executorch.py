@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from omnidraft.errors import ManifestError, ModelFolderError
+from omnidraft.native_output import FirstUse, without_native_lines
 from omnidraft.runtime.backends.base import check_forward_args, widen_for
 from omnidraft.runtime.manifest import Manifest
 
@@ -50,8 +51,9 @@ class ExecuTorchBackend:
         _load_kernel_libraries(self._llm)
         path = Path(export_dir) / manifest.artifact_file
         try:
-            program = Runtime.get().load_program(path)
-            self._method = program.load_method("forward")
+            with without_native_lines():  # XNNPACK's init starts ExecuTorch's threadpool, which probes the CPU
+                program = Runtime.get().load_program(path)
+                self._method = program.load_method("forward")
         except Exception as exc:  # the pybind layer raises RuntimeError/ValueError for bad programs
             raise ModelFolderError(
                 f"ExecuTorch cannot load {path} ({str(exc).splitlines()[0][:200]}); "
@@ -65,6 +67,7 @@ class ExecuTorchBackend:
         self.max_seq_len = manifest.max_seq_len
         self._widen = widen_for(manifest, f"{export_dir}/manifest.json")
         self._len = 0
+        self._first_run = FirstUse()  # a program whose load left the threadpool unstarted starts it here
 
     @property
     def cached_len(self) -> int:
@@ -78,7 +81,8 @@ class ExecuTorchBackend:
             pos = torch.tensor([start_pos], dtype=torch.long)
         else:
             pos = torch.arange(start_pos, start_pos + k, dtype=torch.long)
-        out = self._method.execute([ids, pos])[0]
+        with self._first_run():
+            out = self._method.execute([ids, pos])[0]
         self._len = start_pos + k
         return out[0].numpy().astype(np.float32, copy=False)
 

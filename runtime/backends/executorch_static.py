@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from omnidraft.errors import ManifestError, ModelFolderError
+from omnidraft.native_output import FirstUse, without_native_lines
 from omnidraft.runtime.backends.static_kv import StaticKvBackend, io_names
 from omnidraft.runtime.manifest import Manifest
 
@@ -22,6 +23,7 @@ class _Method:
 
     def __init__(self, method, names: list[str]) -> None:
         self._method, self._names = method, names
+        self._first_run = FirstUse()  # a program whose load left the threadpool unstarted starts it here
 
     def get_inputs(self):
         return [type("Input", (), {"name": n}) for n in self._names]
@@ -29,7 +31,8 @@ class _Method:
     def run(self, _outputs, feed):
         import torch
 
-        out = self._method.execute([torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self._names])
+        with self._first_run():
+            out = self._method.execute([torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self._names])
         return [o.numpy() for o in out]
 
 
@@ -54,8 +57,9 @@ def open_static_program(export_dir: str | Path, manifest: Manifest) -> StaticKvB
     path = export_dir / manifest.artifact_file
     names = io_names(manifest.num_layers)[0]
     try:
-        program = runtime.load_program(path)
-        sessions = {int(w): _Method(program.load_method(m), names) for w, m in methods.items()}
+        with without_native_lines():  # the delegate's init may start ExecuTorch's threadpool, which probes the CPU
+            program = runtime.load_program(path)
+            sessions = {int(w): _Method(program.load_method(m), names) for w, m in methods.items()}
     except Exception as exc:  # the pybind layer raises RuntimeError/ValueError for bad programs
         raise ModelFolderError(
             f"ExecuTorch cannot load {path} ({str(exc).splitlines()[0][:200]}); "

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from omnidraft.bench.bench import Bench
     from omnidraft.bench.engine import Engine
+    from omnidraft.bench.method_table import Bench
 
-# method -> AdaptConfig overrides; the paper's L_DM and hybrid rows are full fine-tuning, +LoRA rank 32.
+# method -> AdaptConfig options by their flat names (AdaptConfig.from_flat), which the row's `adaptation`
+# summary repeats; the paper's L_DM and hybrid rows are full fine-tuning, +LoRA rank 32.
 # hybrid+adaptive: the hybrid pass also trains the acceptance head (interleaved: the paper's faster
 # variant) while decoding with it, gamma tuned from tokens/s; its row decodes with --draft-len auto.
 # Short-stream settings: the paper's lr (2e-5 full / 1e-4 LoRA, one step per 8 prompts) is for
@@ -91,7 +92,7 @@ def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len:
         over["lr"] = s.adapt_lr
     if over.get("train_head"):
         over["gamma"] = s.gamma
-    cfg = mod.AdaptConfig(
+    cfg = mod.AdaptConfig.from_flat(
         max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len), splits=s.splits, **over
     )
     state = s.out / "state" / "adapt" / f"{stream}.{method}"

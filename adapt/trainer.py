@@ -75,6 +75,7 @@ class Trainer:
         self,
         model: torch.nn.Module,
         inter: np.ndarray,
+        *,
         mode: str = "lora",
         loss: str = "hybrid",
         engine: str = "executorch",

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from omnidraft.atomic import check_writable, write_json, write_text
-from omnidraft.bench import adapted
+from omnidraft.bench import adapted_rows
 from omnidraft.bench.bundled import DRAFT_VOCAB
 from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
 from omnidraft.bench.demo import BACKENDS, DRAFTER_DEVICES
@@ -67,14 +67,14 @@ class BenchSettings:
     # K rows pick K on train prompts. 16: enough windows (2 prompts each) for it to turn drafting off.
     tune_prompts: int = 16
     adapt_prompts: int = 64  # train prompts of each adaptation pass (adapted rows; 0 skips them)
-    # lr of every adapted row (None: bench/adapted.py's short-pass settings, 1e-3). A full pass over a
+    # lr of every adapted row (None: bench/adapted_rows.py's short-pass settings, 1e-3). A full pass over a
     # stream wants less: over a whole stream 1e-3 makes an already-distilled drafter worse, where 1e-4
     # improves it (docs/decisions.md).
     adapt_lr: float | None = None
     # adapted rows to run. A full pass costs each row differently: hybrid+lora's LoRA steps run
     # ExecuTorch's training program, which dominates its time and makes it several times slower than
     # the eager full fine-tuning of l-dm and hybrid.
-    adapted: tuple[str, ...] | None = None  # None: all of bench/adapted.py's METHODS
+    adapted: tuple[str, ...] | None = None  # None: all of bench/adapted_rows.py's METHODS
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
     max_seq_len: int = 512  # exported KV-cache length for ort / executorch
@@ -113,10 +113,10 @@ def validate(s: BenchSettings) -> None:
     bad = [x for x in s.peers if x not in PEER_GROUPS]
     if bad:
         raise InvalidArgument(f"unknown peer {', '.join(bad)}; choose from {', '.join(PEER_GROUPS)} (or 'none')")
-    bad = [x for x in s.adapted or () if x not in adapted.METHODS]
+    bad = [x for x in s.adapted or () if x not in adapted_rows.METHODS]
     if bad:
         raise InvalidArgument(
-            f"unknown adapted row {', '.join(bad)}; choose from {', '.join(adapted.METHODS)} (or 'none')"
+            f"unknown adapted row {', '.join(bad)}; choose from {', '.join(adapted_rows.METHODS)} (or 'none')"
         )
     if s.tune_prompts < 0:
         raise InvalidArgument(f"--tune-prompts must be >= 0 (got {s.tune_prompts}); 0 starts hybrid+adaptive untuned")
@@ -286,7 +286,7 @@ class Bench:
         self.streams: list[_Stream] = []
         self.hf = None  # HFPeers, loaded when the peers section first needs it
         self.llamacpp = None  # LlamaCppPeers, likewise
-        self.adapted: dict = {}  # (stream, method) -> adaptation pass results (bench/adapted.py)
+        self.adapted: dict = {}  # (stream, method) -> adaptation pass results (bench/adapted_rows.py)
         self.warm_prompt = ""
 
     def engine(self, backend: str) -> Engine:
@@ -427,9 +427,9 @@ class Bench:
             kinds["spd-dm+ngram_pp"] = f"pre-collected on {len(pre)} train prompts, then online"
         else:
             status["spd-dm+ngram_pp"] = "not run: --train-prompts 0"
-        for method in adapted.METHODS:
+        for method in adapted_rows.METHODS:
             reason = (
-                adapted.unavailable_reason()
+                adapted_rows.unavailable_reason()
                 or (
                     f"not available: {ET_NO_HEAD} (use --backend ort or torch)"
                     if method == "hybrid+adaptive" and be == "executorch"
@@ -450,7 +450,7 @@ class Bench:
                 status[method] = reason
                 continue
             try:
-                drafter, cache, summary = adapted.adapt(self, eng, name, method, train, k)
+                drafter, cache, summary = adapted_rows.adapt(self, eng, name, method, train, k)
             except Exception as exc:  # noqa: BLE001 -- one failed pass becomes a failure row, not a lost bench
                 status[method] = f"failed: {exc if isinstance(exc, OmnidraftError) else repr(exc)}".splitlines()[0]
                 continue

@@ -168,27 +168,29 @@ class AdaptiveBench:
     def train_pass(self, stream: str, variant: str, prompts: list[str]) -> _Pass:
         from tqdm import tqdm
 
-        from omnidraft.adapt.online import AdaptConfig, OnlineAdapter
-        from omnidraft.bench.adapted import FULL
+        from omnidraft.adapt.online import AdaptConfig, HeadTraining, OnlineAdapter, StreamDecoding
+        from omnidraft.bench.adapted_rows import FULL
 
         s = self.s
         # Distilling the drafter too: the bench's short-stream settings (the paper's lr and one step per
-        # update barely move the drafter in a few dozen prompts; see bench/adapted.py).
+        # update barely move the drafter in a few dozen prompts; see bench/adapted_rows.py).
         distill = {**FULL, "loss": s.loss} if s.loss != "none" else {"mode": "full", "loss": "none", "engine": "eager"}
-        cfg = AdaptConfig(
-            every=s.every,
+        cfg = AdaptConfig.from_flat(**distill)  # FULL is spelt as the method table spells options
+        cfg.schedule.every = s.every
+        cfg.decoding = StreamDecoding(
             max_new_tokens=s.max_new_tokens,
             draft_len="auto",
             gamma=s.gamma,
             max_draft_len=s.max_draft_len,
-            train_head=True,
-            head_variant=variant,
             tune_gamma=s.tune_gamma,
-            head_steps=s.head_steps,
-            head_lr=s.head_lr,
-            head_bias_lr=s.head_bias_lr,
-            head_replay=s.head_replay,
-            **distill,
+        )
+        cfg.head = HeadTraining(
+            train=True,
+            variant=variant,
+            lr=s.head_lr,
+            bias_lr=s.head_bias_lr,
+            steps=s.head_steps,
+            replay=s.head_replay,
         )
         state = s.out / "state" / f"{stream}.{variant}"
         shutil.rmtree(state, ignore_errors=True)  # our own scratch: never resume an earlier run
@@ -226,11 +228,11 @@ class AdaptiveBench:
             "last_head_loss": steps[-1]["loss"] if steps else None,
             "calibration": cal,
             "drafter_training": {
-                "loss": cfg.loss,
+                "loss": cfg.distill.loss,
                 "updates": ad.updates,
                 "lr": ad.trainer.lr,
-                "steps_per_update": cfg.steps_per_update,
-                "distill_temperature": cfg.distill_temperature,
+                "steps_per_update": cfg.schedule.steps_per_update,
+                "distill_temperature": cfg.distill.temperature,
             },
         }
         return _Pass(variant, ad.dir / "drafter", ad.cache_path if Path(ad.cache_path).is_file() else None, summary)
