@@ -19,6 +19,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -51,24 +52,65 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
 
 
 def load_tokenizer(spec: str):
-    """A `tokenizers.Tokenizer` from a converter name ("llama-spm", "gpt-2") or a tokenizer.json path."""
+    """A `tokenizers.Tokenizer` from a converter name ("llama-spm", "gpt-2"), ``model:NAME`` (an
+    installed real model's own tokenizer, see ``omnidraft models``) or a tokenizer.json path."""
     from tokenizers import Tokenizer
 
     path = Path(spec)
-    if not path.suffix:
+    if spec.startswith("model:"):
+        from omnidraft.models.sources import resolve
+
+        path = resolve(spec.removeprefix("model:")) / "tokenizer.json"
+    elif not path.suffix:
         from omnidraft.models.gguf_tokenizers import get_tokenizer_dir
 
         path = get_tokenizer_dir(spec) / "tokenizer.json"
     return Tokenizer.from_file(str(path)), path
 
 
-def build_model(recipe: dict[str, Any]) -> torch.nn.Module:
+def build_model(recipe: dict[str, Any], *, warm: bool = False) -> torch.nn.Module:
+    """The recipe's architecture, seeded; with ``warm`` and a recipe ``init`` section, its weights
+    start from a real model's (a kept subset of its layers)."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     arch = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[recipe["arch"]]
     torch.manual_seed(recipe["train"]["seed"])
     model = arch[1](arch[0](**recipe["model"]))
+    if warm and "init" in recipe:
+        warm_start(model, recipe["init"])
     return model
+
+
+def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
+    """Copies a real model's weights into ``model``: its layers ``init["layers"]`` (in that order)
+    become layers 0.., everything outside the layers (embedding, final norm, head) is copied as it
+    is. A pretrained embedding and head are most of what a small drafter cannot learn on a CPU."""
+    from omnidraft.models.sources import resolve
+
+    folder = resolve(init["model"])
+    try:
+        src = load_file(str(folder / "model.safetensors"))
+    except (OSError, SafetensorError) as exc:
+        raise ModelFolderError(f"cannot read the warm start's weights in {folder} ({exc})") from exc
+    keep = {int(i): j for j, i in enumerate(init["layers"])}
+    mapped = {}
+    for name, t in src.items():
+        m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
+        if m is None:
+            mapped[name] = t
+        elif int(m.group(1)) in keep:
+            mapped[f"model.layers.{keep[int(m.group(1))]}.{m.group(2)}"] = t
+    own = model.state_dict()
+    wrong = [n for n, t in mapped.items() if n in own and own[n].shape != t.shape]
+    missing = [
+        n for n in own if n not in mapped and not (n == "lm_head.weight" and "model.embed_tokens.weight" in mapped)
+    ]
+    if wrong or missing:
+        raise ModelFolderError(
+            f"the recipe's model does not fit the weights of {init['model']} "
+            f"({'shape differs: ' + wrong[0] if wrong else 'missing: ' + missing[0]}); copy its config into the recipe"
+        )
+    model.load_state_dict({n: t for n, t in mapped.items() if n in own}, strict=False)
 
 
 def _chunks(text: str) -> list[str]:
@@ -145,9 +187,76 @@ def lr_at(step: int, tr: dict[str, Any]) -> float:
     return tr["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def load_teacher(recipe: dict[str, Any]) -> torch.nn.Module | None:
+    """The recipe's same-vocabulary teacher (``teacher.model``, a real model name or folder), frozen."""
+    if "teacher" not in recipe:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    from omnidraft.models.sources import resolve
+
+    folder = resolve(recipe["teacher"]["model"])
+    teacher = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    if teacher.config.vocab_size != recipe["model"]["vocab_size"]:
+        raise InvalidArgument(
+            f"teacher {recipe['teacher']['model']} has {teacher.config.vocab_size} tokens, the recipe's model "
+            f"{recipe['model']['vocab_size']}: a recipe teacher must share the drafter's vocabulary"
+        )
+    teacher.requires_grad_(False)
+    return teacher
+
+
+def head_tokens(recipe: dict[str, Any], rows: np.ndarray) -> torch.Tensor | None:
+    """The ``train.head_tokens`` most frequent token ids of the training rows (sorted), or None for
+    the whole vocabulary. A drafter is deployed with its head cut to the same ranking (``export
+    --draft-vocab N`` reads the counts this run writes), so training the cut head is training the
+    deployed model, at a fraction of a 49k-row head's cost."""
+    n = recipe["train"].get("head_tokens")
+    if n is None:
+        return None
+    counts = np.bincount(np.asarray(rows).ravel(), minlength=recipe["model"]["vocab_size"])
+    ids = np.arange(len(counts))
+    return torch.from_numpy(np.sort(np.lexsort((ids, -counts))[:n]))
+
+
+def _logits(model: torch.nn.Module, batch: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+    hidden = model.model(input_ids=batch).last_hidden_state[:, :-1]
+    weight = model.get_output_embeddings().weight
+    return hidden @ (weight if kept is None else weight[kept]).T
+
+
+def step_loss(
+    model: torch.nn.Module, batch: torch.Tensor, *, teacher: torch.nn.Module | None, kd: dict, kept: torch.Tensor | None
+) -> torch.Tensor:
+    """Next-token NLL, or with a teacher ``(1 - w) * NLL + w * T^2 * KL(teacher_T || student_T)``:
+    the teacher's whole distribution is a far denser signal per token than the one label. With a
+    cut head both distributions live on the kept tokens, and labels outside them are skipped."""
+    labels = batch[:, 1:]
+    if kept is not None:
+        remap = torch.full((model.config.vocab_size,), -100, dtype=torch.long)
+        remap[kept] = torch.arange(len(kept))
+        labels = remap[labels]
+    logits = _logits(model, batch, kept)
+    labels = labels.flatten()
+    # a row whose labels all fall outside the cut head adds nothing (not NaN) to the NLL
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels, ignore_index=-100, reduction="sum")
+    nll = nll / (labels != -100).sum().clamp(min=1)
+    if teacher is None:
+        return nll
+    w, temp = kd.get("weight", 1.0), kd.get("temperature", 1.0)
+    with torch.no_grad():
+        t_logp = torch.log_softmax(_logits(teacher, batch, kept).float() / temp, dim=-1)
+    s_logp = torch.log_softmax(logits.float() / temp, dim=-1)
+    kl = torch.nn.functional.kl_div(s_logp.flatten(0, 1), t_logp.flatten(0, 1), log_target=True, reduction="batchmean")
+    return (1 - w) * nll + w * temp * temp * kl
+
+
 def _make_optimizer(model: torch.nn.Module, tr: dict[str, Any]) -> torch.optim.AdamW:
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    # A warm-started model keeps the pretrained tensors named in ``freeze`` (name prefixes) as they are.
+    for n, p in model.named_parameters():
+        p.requires_grad_(not any(n.startswith(f) for f in tr.get("freeze", ())))
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and p.requires_grad]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 and p.requires_grad]
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": tr["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=tr["lr"],
@@ -282,7 +391,9 @@ def train(
     rows = torch.from_numpy(build_rows(recipe, tokenizer)).long()
     if not quiet:
         print(f"{recipe['name']}: {rows.numel():,} training tokens packed in {time.time() - t0:.1f}s", file=sys.stderr)
-    model = build_model(recipe)
+    model = build_model(recipe, warm=True)
+    teacher = load_teacher(recipe)
+    kept = head_tokens(recipe, rows.numpy())
     opt = _make_optimizer(model, tr)
     ckpt = work_dir / "checkpoints"
     if not resume and ckpt.exists():
@@ -300,7 +411,7 @@ def train(
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tr)
         batch = rows[step * B : (step + 1) * B]
-        loss = model(input_ids=batch, labels=batch).loss
+        loss = step_loss(model, batch, teacher=teacher, kd=recipe.get("teacher", {}), kept=kept)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
         opt.step()

@@ -117,7 +117,7 @@ def test_lr_schedule_warms_up_and_decays():
 
 
 def test_unknown_recipe_lists_valid_ones():
-    with pytest.raises(InvalidArgument, match="drafter, target"):
+    with pytest.raises(InvalidArgument, match="drafter, drafter-v2, target"):
         T.load_recipe("nope")
 
 

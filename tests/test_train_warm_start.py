@@ -1,0 +1,111 @@
+"""Warm-started, distilled recipes: a drafter built from a real model's kept layers, trained against
+a same-vocabulary teacher on a cut head, resumes bit-identically and refuses what cannot fit."""
+
+import json
+
+import pytest
+import torch
+from test_train_recipe import final_weights, tiny_recipe
+
+from omnidraft.errors import InvalidArgument, ModelFolderError
+from omnidraft.models import train as T
+
+
+def source_folder(tmp_path, layers: int = 3):
+    r = tiny_recipe()
+    r["model"] = r["model"] | {"num_hidden_layers": layers}
+    r["train"] = r["train"] | {"seed": 99}
+    folder = tmp_path / "source"
+    T.build_model(r).save_pretrained(str(folder))
+    return folder
+
+
+def warm_recipe(folder, layers=(2, 0)) -> dict:
+    r = tiny_recipe()
+    r["model"] = r["model"] | {"num_hidden_layers": len(layers)}
+    r["init"] = {"model": str(folder), "layers": list(layers)}
+    return r
+
+
+def test_warm_start_copies_the_kept_layers_in_order(tmp_path):
+    folder = source_folder(tmp_path)
+    src = torch.nn.Module.state_dict(
+        T.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
+    )
+    model = T.build_model(warm_recipe(folder), warm=True).state_dict()
+    for new, old in ((0, 2), (1, 0)):
+        for k in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight"):
+            assert torch.equal(model[f"model.layers.{new}.{k}"], src[f"model.layers.{old}.{k}"])
+    assert torch.equal(model["model.embed_tokens.weight"], src["model.embed_tokens.weight"])
+    assert torch.equal(model["model.norm.weight"], src["model.norm.weight"])
+
+
+def test_warm_start_that_does_not_fit_is_one_clear_error(tmp_path):
+    folder = source_folder(tmp_path)
+    r = warm_recipe(folder)
+    r["model"]["intermediate_size"] = 48
+    with pytest.raises(ModelFolderError, match="does not fit the weights.*copy its config"):
+        T.build_model(r, warm=True)
+
+
+def test_teacher_of_another_vocabulary_is_refused(tmp_path):
+    r = tiny_recipe() | {"teacher": {"model": str(source_folder(tmp_path))}}
+    r["model"] = r["model"] | {"vocab_size": 32000}
+    with pytest.raises(InvalidArgument, match="must share the drafter's vocabulary"):
+        T.load_teacher(r)
+
+
+def test_cut_head_over_every_token_is_the_plain_loss():
+    r = tiny_recipe()
+    model = T.build_model(r)
+    batch = torch.randint(0, 50257, (2, 16))
+    with torch.no_grad():
+        cut = T.step_loss(model, batch, teacher=None, kd={}, kept=torch.arange(50257))
+        plain = model(input_ids=batch, labels=batch).loss
+    assert cut.item() == pytest.approx(plain.item(), rel=1e-5)
+
+
+def test_a_student_equal_to_its_teacher_has_no_distillation_loss():
+    r = tiny_recipe()
+    model = T.build_model(r)
+    batch = torch.randint(0, 50257, (2, 16))
+    with torch.no_grad():
+        loss = T.step_loss(model, batch, teacher=model, kd={"weight": 1.0, "temperature": 2.0}, kept=torch.arange(500))
+    assert abs(loss.item()) < 1e-5
+
+
+def test_head_tokens_are_the_most_frequent_of_the_rows():
+    r = tiny_recipe()
+    r["train"] = r["train"] | {"head_tokens": 3}
+    rows = torch.tensor([[5, 5, 5, 9, 9, 1], [7, 7, 9, 5, 2, 2]]).numpy()
+    assert T.head_tokens(r, rows).tolist() == [2, 5, 9] or T.head_tokens(r, rows).tolist() == [5, 7, 9]
+    assert T.head_tokens(tiny_recipe(), rows) is None
+
+
+def test_interrupted_distillation_resumes_to_identical_weights(tmp_path):
+    folder = source_folder(tmp_path)
+    r = warm_recipe(folder)
+    r["teacher"] = {"model": str(folder), "weight": 0.9, "temperature": 1.0}
+    r["train"] = r["train"] | {"head_tokens": 256, "freeze": ["model.embed_tokens"]}
+    full = T.train(r, tmp_path / "a", None, resume=False, quiet=True)
+    T.train(r, tmp_path / "b", None, resume=False, stop_after=3, quiet=True)
+    resumed = T.train(r, tmp_path / "b", None, resume=True, quiet=True)
+    assert resumed == full
+    a, b = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # the layers trained; the frozen embedding is the warm start's, untouched
+    src = T.build_model(r, warm=True).state_dict()
+    assert not torch.equal(a["model.layers.0.mlp.up_proj.weight"], src["model.layers.0.mlp.up_proj.weight"])
+    assert torch.equal(a["model.embed_tokens.weight"], src["model.embed_tokens.weight"])
+    assert json.loads((tmp_path / "a" / "loss_curve.json").read_text())["losses"] == full
+
+
+def test_drafter_v2_recipe_is_a_warm_started_drafter_of_its_own_vocabulary():
+    from omnidraft.models.sources import registry
+
+    r = T.load_recipe("drafter-v2")
+    assert len(r["init"]["layers"]) == r["model"]["num_hidden_layers"]
+    assert r["tokenizer"] == f"model:{r['init']['model']}" and r["teacher"]["model"] in registry()
+    # a generic drafter: its vocabulary is none of the real targets'
+    assert r["model"]["vocab_size"] not in (151936, 262144)
+    assert r["train"]["head_tokens"] < r["model"]["vocab_size"]
