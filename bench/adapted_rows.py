@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import shutil
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,7 +82,7 @@ def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len:
     done = bench.adapted
     if (stream, method) in done:
         return done[(stream, method)]
-    from tqdm import tqdm
+    from omnidraft.bench.engine import adaptation_pass
 
     mod = _online()
     s = bench.s
@@ -98,18 +97,7 @@ def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len:
     state = s.out / "state" / "adapt" / f"{stream}.{method}"
     shutil.rmtree(state, ignore_errors=True)  # the bench's own scratch: never resume an old adapter
     ad = mod.OnlineAdapter(bench.pair.drafter, target, state, cfg)
-    bar = tqdm(
-        total=len(prompts),
-        desc=f"{stream}: adapt {method}",
-        file=sys.stderr,
-        disable=not bench.progress,
-        leave=False,
-        dynamic_ncols=True,
-    )
-    try:
-        log = ad.run(prompts, lambda i, rec: bar.update(1))
-    finally:
-        bar.close()
+    log = adaptation_pass(ad, prompts, f"{stream}: adapt {method}", bench.progress)
     acc, prop = sum(log.accepted), sum(log.proposed)
     done[(stream, method)] = info = {
         "drafter": ad.dir / "drafter",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime
 import math
 import shutil
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -166,10 +165,9 @@ class AdaptiveBench:
         return [p.prompt for p in items if self.eng.fits(p.prompt, self.s.max_new_tokens, k)][:count]
 
     def train_pass(self, stream: str, variant: str, prompts: list[str]) -> _Pass:
-        from tqdm import tqdm
-
         from omnidraft.adapt.online import AdaptConfig, HeadTraining, OnlineAdapter, StreamDecoding
         from omnidraft.bench.adapted_rows import FULL
+        from omnidraft.bench.engine import adaptation_pass
 
         s = self.s
         # Distilling the drafter too: the bench's short-stream settings (the paper's lr and one step per
@@ -197,18 +195,7 @@ class AdaptiveBench:
         # The pass verifies with the deployed target (this backend's export), so its labels are the
         # acceptances the timed rows will see; the drafter is the HF folder (trained, features recorded).
         ad = OnlineAdapter(self.pair.drafter, self.eng.paths[1], state, cfg)
-        bar = tqdm(
-            total=len(prompts),
-            desc=f"{stream}: train head ({variant})",
-            file=sys.stderr,
-            disable=not self.progress,
-            leave=False,
-            dynamic_ncols=True,
-        )
-        try:
-            log = ad.run(prompts, lambda i, rec: bar.update(1))
-        finally:
-            bar.close()
+        log = adaptation_pass(ad, prompts, f"{stream}: train head ({variant})", self.progress)
         from omnidraft.adapt.head import calibration
 
         cal = calibration(np.asarray(log.head_predicted, np.float32), np.asarray(log.head_observed, np.float32))

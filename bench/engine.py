@@ -88,6 +88,15 @@ def interleave(jobs: list[Job], n: int, desc: str, progress: bool = True) -> dic
     return {j.name: j.result for j in jobs}
 
 
+def adaptation_pass(adapter, prompts: list[str], desc: str, progress: bool = True):
+    """One online adaptation pass (``OnlineAdapter.run``) over ``prompts`` behind a progress bar."""
+    bar = tqdm(total=len(prompts), desc=desc, file=sys.stderr, disable=not progress, leave=False, dynamic_ncols=True)
+    try:
+        return adapter.run(prompts, lambda i, rec: bar.update(1))
+    finally:
+        bar.close()
+
+
 def set_threads(n: int | None) -> dict:
     """Intra-op threads for torch (ONNX Runtime sessions and ExecuTorch's threadpool get theirs when
     an engine of that backend loads). On a small shared machine spinning thread pools cost far more
