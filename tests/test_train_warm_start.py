@@ -8,6 +8,7 @@ import torch
 from test_train_recipe import final_weights, tiny_recipe
 
 from omnidraft.errors import InvalidArgument, ModelFolderError
+from omnidraft.models import distill as D
 from omnidraft.models import train as T
 
 
@@ -30,7 +31,7 @@ def warm_recipe(folder, layers=(2, 0)) -> dict:
 def test_warm_start_copies_the_kept_layers_in_order(tmp_path):
     folder = source_folder(tmp_path)
     src = torch.nn.Module.state_dict(
-        T.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
+        D.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
     )
     model = T.build_model(warm_recipe(folder), warm=True).state_dict()
     for new, old in ((0, 2), (1, 0)):
@@ -52,7 +53,7 @@ def test_teacher_of_another_vocabulary_is_refused(tmp_path):
     r = tiny_recipe() | {"teacher": {"model": str(source_folder(tmp_path))}}
     r["model"] = r["model"] | {"vocab_size": 32000}
     with pytest.raises(InvalidArgument, match="must share the drafter's vocabulary"):
-        T.load_teacher(r)
+        D.load_teacher(r)
 
 
 def test_cut_head_over_every_token_is_the_plain_loss():
@@ -60,7 +61,7 @@ def test_cut_head_over_every_token_is_the_plain_loss():
     model = T.build_model(r)
     batch = torch.randint(0, 50257, (2, 16))
     with torch.no_grad():
-        cut = T.step_loss(model, batch, teacher=None, kd={}, kept=torch.arange(50257))
+        cut = D.step_loss(model, batch, teacher=None, kd={}, kept=torch.arange(50257))
         plain = model(input_ids=batch, labels=batch).loss
     assert cut.item() == pytest.approx(plain.item(), rel=1e-5)
 
@@ -70,7 +71,7 @@ def test_a_student_equal_to_its_teacher_has_no_distillation_loss():
     model = T.build_model(r)
     batch = torch.randint(0, 50257, (2, 16))
     with torch.no_grad():
-        loss = T.step_loss(model, batch, teacher=model, kd={"weight": 1.0, "temperature": 2.0}, kept=torch.arange(500))
+        loss = D.step_loss(model, batch, teacher=model, kd={"weight": 1.0, "temperature": 2.0}, kept=torch.arange(500))
     assert abs(loss.item()) < 1e-5
 
 
@@ -78,8 +79,8 @@ def test_head_tokens_are_the_most_frequent_of_the_rows():
     r = tiny_recipe()
     r["train"] = r["train"] | {"head_tokens": 3}
     rows = torch.tensor([[5, 5, 5, 9, 9, 1], [7, 7, 9, 5, 2, 2]]).numpy()
-    assert T.head_tokens(r, rows).tolist() == [2, 5, 9] or T.head_tokens(r, rows).tolist() == [5, 7, 9]
-    assert T.head_tokens(tiny_recipe(), rows) is None
+    assert D.head_tokens(r, rows).tolist() == [2, 5, 9] or D.head_tokens(r, rows).tolist() == [5, 7, 9]
+    assert D.head_tokens(tiny_recipe(), rows) is None
 
 
 def test_interrupted_distillation_resumes_to_identical_weights(tmp_path):

@@ -1,0 +1,113 @@
+"""What a drafter recipe takes from real models: a warm start (a real model's kept layers), a
+same-vocabulary teacher whose distributions it is distilled on, and a head cut to the tokens it is
+deployed with. Used by ``omnidraft.models.train`` when a recipe has ``init``, ``teacher`` or
+``train.head_tokens``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from omnidraft.errors import InvalidArgument, ModelFolderError
+
+
+def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
+    """Copies a real model's weights into ``model``: its layers ``init["layers"]`` (in that order)
+    become layers 0.., everything outside the layers (embedding, final norm, head) is copied as it
+    is. A pretrained embedding and head are most of what a small drafter cannot learn on a CPU."""
+    from omnidraft.models.sources import resolve
+
+    folder = resolve(init["model"])
+    try:
+        src = load_file(str(folder / "model.safetensors"))
+    except (OSError, SafetensorError) as exc:
+        raise ModelFolderError(f"cannot read the warm start's weights in {folder} ({exc})") from exc
+    keep = {int(i): j for j, i in enumerate(init["layers"])}
+    mapped = {}
+    for name, t in src.items():
+        m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
+        if m is None:
+            mapped[name] = t
+        elif int(m.group(1)) in keep:
+            mapped[f"model.layers.{keep[int(m.group(1))]}.{m.group(2)}"] = t
+    own = model.state_dict()
+    wrong = [n for n, t in mapped.items() if n in own and own[n].shape != t.shape]
+    missing = [
+        n for n in own if n not in mapped and not (n == "lm_head.weight" and "model.embed_tokens.weight" in mapped)
+    ]
+    if wrong or missing:
+        raise ModelFolderError(
+            f"the recipe's model does not fit the weights of {init['model']} "
+            f"({'shape differs: ' + wrong[0] if wrong else 'missing: ' + missing[0]}); copy its config into the recipe"
+        )
+    model.load_state_dict({n: t for n, t in mapped.items() if n in own}, strict=False)
+
+
+def load_teacher(recipe: dict[str, Any]) -> torch.nn.Module | None:
+    """The recipe's same-vocabulary teacher (``teacher.model``, a real model name or folder), frozen."""
+    if "teacher" not in recipe:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    from omnidraft.models.sources import resolve
+
+    folder = resolve(recipe["teacher"]["model"])
+    teacher = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    if teacher.config.vocab_size != recipe["model"]["vocab_size"]:
+        raise InvalidArgument(
+            f"teacher {recipe['teacher']['model']} has {teacher.config.vocab_size} tokens, the recipe's model "
+            f"{recipe['model']['vocab_size']}: a recipe teacher must share the drafter's vocabulary"
+        )
+    teacher.requires_grad_(False)
+    return teacher
+
+
+def head_tokens(recipe: dict[str, Any], rows: np.ndarray) -> torch.Tensor | None:
+    """The ``train.head_tokens`` most frequent token ids of the training rows (sorted), or None for
+    the whole vocabulary. A drafter is deployed with its head cut to the same ranking (``export
+    --draft-vocab N`` reads the counts this run writes), so training the cut head is training the
+    deployed model, at a fraction of a 49k-row head's cost."""
+    n = recipe["train"].get("head_tokens")
+    if n is None:
+        return None
+    counts = np.bincount(np.asarray(rows).ravel(), minlength=recipe["model"]["vocab_size"])
+    ids = np.arange(len(counts))
+    return torch.from_numpy(np.sort(np.lexsort((ids, -counts))[:n]))
+
+
+def _logits(model: torch.nn.Module, batch: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+    hidden = model.model(input_ids=batch).last_hidden_state[:, :-1]
+    weight = model.get_output_embeddings().weight
+    return hidden @ (weight if kept is None else weight[kept]).T
+
+
+def step_loss(
+    model: torch.nn.Module, batch: torch.Tensor, *, teacher: torch.nn.Module | None, kd: dict, kept: torch.Tensor | None
+) -> torch.Tensor:
+    """Next-token NLL, or with a teacher ``(1 - w) * NLL + w * T^2 * KL(teacher_T || student_T)``:
+    the teacher's whole distribution is a far denser signal per token than the one label. With a
+    cut head both distributions live on the kept tokens, and labels outside them are skipped."""
+    labels = batch[:, 1:]
+    if kept is not None:
+        remap = torch.full((model.config.vocab_size,), -100, dtype=torch.long)
+        remap[kept] = torch.arange(len(kept))
+        labels = remap[labels]
+    logits = _logits(model, batch, kept)
+    labels = labels.flatten()
+    # a row whose labels all fall outside the cut head adds nothing (not NaN) to the NLL
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels, ignore_index=-100, reduction="sum")
+    nll = nll / (labels != -100).sum().clamp(min=1)
+    if teacher is None:
+        return nll
+    w, temp = kd.get("weight", 1.0), kd.get("temperature", 1.0)
+    with torch.no_grad():
+        t_logp = torch.log_softmax(_logits(teacher, batch, kept).float() / temp, dim=-1)
+    s_logp = torch.log_softmax(logits.float() / temp, dim=-1)
+    kl = torch.nn.functional.kl_div(s_logp.flatten(0, 1), t_logp.flatten(0, 1), log_target=True, reduction="batchmean")
+    return (1 - w) * nll + w * temp * temp * kl
