@@ -278,6 +278,52 @@ def export_hf(model, recipe: dict[str, Any], tok_path: Path, out: Path, copy_tok
     os.replace(tmp, out)
 
 
+def memory_estimate(recipe: dict[str, Any]) -> int:
+    """Bytes a training run of ``recipe`` holds at its peak, roughly: fp32 weights, gradients and
+    AdamW's two moments of what trains, the teacher's weights, the logits of a batch (several copies
+    through softmax, KL and backward) and the layers' saved activations, plus the runtime itself."""
+    from transformers import AutoConfig
+
+    m, tr, d = recipe["model"], recipe["train"], recipe["data"]
+    with torch.device("meta"):
+        model = build_model(recipe)
+    freeze = tuple(tr.get("freeze", ()))
+    params = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for n, p in model.named_parameters() if not n.startswith(freeze) or not freeze)
+    tokens = tr["batch_size"] * d["seq_len"]
+    vocab = tr.get("head_tokens") or m["vocab_size"]
+    need = 4 * params + 12 * trained + tokens * vocab * 4 * 6 + tokens * m["hidden_size"] * m["num_hidden_layers"] * 96
+    if "teacher" in recipe:
+        from omnidraft.models.sources import resolve
+
+        folder = resolve(recipe["teacher"]["model"])
+        cfg = AutoConfig.from_pretrained(str(folder))
+        need += (folder / "model.safetensors").stat().st_size + tokens * cfg.hidden_size * 4 * 4
+    return need + 2**30
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(recipe: dict[str, Any]) -> None:
+    """Refuses, before any data is built, a recipe whose run would not fit this machine's free memory."""
+    need, free = memory_estimate(recipe), _available_memory()
+    if free is not None and need > free:
+        tr, d = recipe["train"], recipe["data"]
+        raise InvalidArgument(
+            f"recipe {recipe['name']} needs about {need / 2**30:.1f} GiB to train (batch {tr['batch_size']} x "
+            f"{d['seq_len']} tokens) and this machine has {free / 2**30:.1f} GiB free; lower train.batch_size "
+            "or data.seq_len (or train.head_tokens)"
+        )
+
+
 def train(
     recipe: dict[str, Any],
     work_dir: Path,
@@ -294,6 +340,8 @@ def train(
 
     tr = recipe["train"]
     torch.set_num_threads(threads or tr.get("threads", torch.get_num_threads()))
+    if not export_only:
+        check_memory(recipe)
     tokenizer, tok_path = load_tokenizer(recipe["tokenizer"])
     t0 = time.time()
     rows = torch.from_numpy(build_rows(recipe, tokenizer)).long()
@@ -393,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "omnidraft.models.train", *sys.argv[1:]],
             {**os.environ, **_MALLOC_ENV},
         )
+    from omnidraft.cli import quiet_third_party_logs
+
+    quiet_third_party_logs()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", help="drafter, target, or a path to a recipe JSON")
     ap.add_argument("--resume", action="store_true", help="continue from the last checkpoint (default: start over)")

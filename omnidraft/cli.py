@@ -35,15 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_third_party_logs() -> None:
+def quiet_third_party_logs() -> None:
     # torchao (pulled in by transformers) warns about GPU kernels this CPU build cannot load, and
-    # torch's pytree warns about its enums; neither concerns a user of the CLI.
+    # torch's pytree warns about its enums; neither concerns a user of the CLI or the trainer.
     for name in ("torchao", "torch.utils._pytree"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet_third_party_logs()
+    quiet_third_party_logs()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):

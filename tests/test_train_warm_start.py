@@ -110,3 +110,16 @@ def test_drafter_v2_recipe_is_a_warm_started_drafter_of_its_own_vocabulary():
     # a generic drafter: its vocabulary is none of the real targets'
     assert r["model"]["vocab_size"] not in (151936, 262144)
     assert r["train"]["head_tokens"] < r["model"]["vocab_size"]
+
+
+def test_recipe_too_big_for_memory_is_refused_up_front_with_the_estimate(tmp_path, capsys):
+    r = tiny_recipe()
+    small = T.memory_estimate(r)
+    r["train"] = r["train"] | {"batch_size": 10**6}
+    assert T.memory_estimate(r) > 100 * small
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(r))
+    assert T.main(["--recipe", str(path), "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs about" in err[0] and "GiB" in err[0] and "lower train.batch_size" in err[0]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "w" / "checkpoints").exists()
