@@ -289,7 +289,7 @@ def memory_estimate(recipe: dict[str, Any]) -> int:
         model = build_model(recipe)
     freeze = tuple(tr.get("freeze", ()))
     params = sum(p.numel() for p in model.parameters())
-    trained = sum(p.numel() for n, p in model.named_parameters() if not n.startswith(freeze) or not freeze)
+    trained = sum(p.numel() for n, p in model.named_parameters() if not n.startswith(freeze))
     tokens = tr["batch_size"] * d["seq_len"]
     vocab = tr.get("head_tokens") or m["vocab_size"]
     need = 4 * params + 12 * trained + tokens * vocab * 4 * 6 + tokens * m["hidden_size"] * m["num_hidden_layers"] * 96
