@@ -47,7 +47,7 @@ METHODS = (
     "hybrid+lora",
     "hybrid+adaptive",
 )
-PEER_GROUPS = ("hf", "torch", "ort", "executorch", "llama.cpp")
+PEER_GROUPS = ("hf", "torch", "ort", "executorch", "llama.cpp", "ort-genai")
 
 
 @dataclass
@@ -77,6 +77,7 @@ class BenchSettings:
     adapted: tuple[str, ...] | None = None  # None: all of bench/adapted_rows.py's METHODS
     peers: tuple[str, ...] = PEER_GROUPS
     eviction: bool = True
+    verify_repeats: int = 20  # calls per k of the verify cost curve (bench/verify_cost.py; 0 skips it)
     max_seq_len: int = 512  # exported KV-cache length for ort / executorch
     threads: int | None = 1  # intra-op threads of every engine (None: each library's default)
     gamma: float = 0.5  # hybrid+adaptive: initial stopping threshold (tuned online from there)
@@ -98,6 +99,7 @@ class BenchSettings:
             adapt_prompts=0,
             peers=peers,
             eviction=False,
+            verify_repeats=3,
             quick=True,
             **kw,
         )
@@ -131,6 +133,8 @@ def validate(s: BenchSettings) -> None:
         raise InvalidArgument(f"--draft-vocab must be >= 0 (got {s.draft_vocab}); 0 keeps every drafter token")
     if s.threads is not None and s.threads < 1:
         raise InvalidArgument(f"--threads must be >= 1 (got {s.threads}); omit it for one thread")
+    if s.verify_repeats < 0:
+        raise InvalidArgument(f"--verify-repeats must be >= 0 (got {s.verify_repeats}); 0 skips the verify cost curve")
     if s.train_prompts < 0 or s.adapt_prompts < 0 or not s.sweep_ks or min(s.sweep_ks) < 1:
         raise InvalidArgument("--train-prompts must be >= 0 and every K in the sweep >= 1")
 
@@ -181,6 +185,7 @@ def new_report(s: BenchSettings) -> dict:
         "sweep": [],
         "projected": [],
         "peers": [],
+        "verify_cost": [],
         "cache": {"tables": [], "growth": {}, "eviction": []},
         "checks": {},
         "plots": [],
@@ -286,6 +291,7 @@ class Bench:
         self.streams: list[_Stream] = []
         self.hf = None  # HFPeers, loaded when the peers section first needs it
         self.llamacpp = None  # LlamaCppPeers, likewise
+        self.genai = None  # OrtGenaiPeer, likewise
         self.adapted: dict = {}  # (stream, method) -> adaptation pass results (bench/adapted_rows.py)
         self.warm_prompt = ""
 
@@ -322,6 +328,11 @@ class Bench:
                 self.eviction(eng, st)
         for st in self.streams:
             self.peers(st)
+        if s.verify_repeats:
+            from omnidraft.bench import verify_cost
+
+            for e in self.engines.values():
+                self.report["verify_cost"].append(verify_cost.measure(e, repeats=s.verify_repeats))
 
     def _pick(self, eng: Engine, prompts, count: int) -> list[str]:
         k_max = max(*self.s.sweep_ks, DecodeConfig().max_draft_len)  # hybrid+adaptive drafts up to K_max

@@ -3,9 +3,10 @@ all timed in one interleaved group (every peer decodes prompt i before any decod
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omnidraft.bench import llamacpp_peer
+from omnidraft.bench import llamacpp_peer, ortgenai_peer
 from omnidraft.bench.engine import interleave
 from omnidraft.bench.peers import PROMPT_LOOKUP_TOKENS, HFPeers, uag_configs
 from omnidraft.errors import OmnidraftError
@@ -122,6 +123,13 @@ def run_peers(bench: Bench, st: _Stream) -> None:
             failed += [_missing(st.name, n, why) for n in llamacpp_peer.PEER_NAMES]
         else:
             llama = _llamacpp_jobs(bench, st)
+    if "ort-genai" in s.peers:
+        export_dir = _ort_target(bench)
+        why = ortgenai_peer.unavailable_reason(export_dir)
+        if why is not None:
+            failed.append(_missing(st.name, ortgenai_peer.PEER_NAME, why))
+        else:
+            llama.append(_genai_job(bench, st, export_dir))
     jobs += llama
     bench.report["peers"].extend(failed)
     if not jobs:
@@ -162,9 +170,11 @@ def run_peers(bench: Bench, st: _Stream) -> None:
             )
         )
     if llama:
-        # Same vocabulary (the GGUF's own), same prompt ids: llama.cpp's greedy tokens compare with ours.
-        own_ref = next((runs[f"omnidraft-{b} target-only"] for b in own), None) or hf_base
-        ref_name = f"omnidraft {own[0]} target-only" if own else "hf-target-only"
+        # The target's own vocabulary (llama.cpp reads the GGUF it was converted from, onnxruntime-genai
+        # our export), same prompt ids: their greedy tokens compare with ours.
+        ref = "ort" if "ort" in own else own[0] if own else None
+        own_ref = runs[f"omnidraft-{ref} target-only"] if ref else hf_base
+        ref_name = f"omnidraft {ref} target-only" if ref else "hf-target-only"
         for job in llama:
             run = runs[job.name]
             peers.append(
@@ -215,3 +225,23 @@ def _llamacpp_jobs(bench: Bench, st: _Stream) -> list:
         )
     ids = [list(tgt.codec.start_ids) + tgt.codec.encode(p) for p in st.prompts]
     return [bench.llamacpp.job(name, ids, s.max_new_tokens) for name in llamacpp_peer.PEER_NAMES]
+
+
+def _ort_target(bench: Bench) -> Path:
+    """The ONNX Runtime target export the omnidraft-ort rows run (exported now if no row has)."""
+    from omnidraft.bench.bundled import target_export
+    from omnidraft.bench.demo import BACKENDS
+
+    if "ort" in bench.engines:
+        return bench.engines["ort"].paths[1]
+    return target_export(bench.pair.target, *BACKENDS["ort"], bench.s.max_seq_len, bench.progress)
+
+
+def _genai_job(bench: Bench, st: _Stream, export_dir: Path):
+    """onnxruntime-genai's target-only row on that export, fed the same prompt ids."""
+    s = bench.s
+    tgt = bench.engine(s.backend).target
+    if bench.genai is None:
+        bench.genai = ortgenai_peer.OrtGenaiPeer(export_dir, tgt.eos_ids, threads=s.threads or 1)
+    ids = [list(tgt.codec.start_ids) + tgt.codec.encode(p) for p in st.prompts]
+    return bench.genai.job(ids, s.max_new_tokens)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from omnidraft.errors import ExportError
+from omnidraft.runtime.manifest import sha256_file
 
 from .genai_weights import builder_options, precision, quantize_embedding
 from .hf_model import ModelInfo
@@ -39,6 +40,9 @@ from .parity import Built
 
 EXPORTER = "onnxruntime-genai model builder (GroupQueryAttention, MatMulNBits)"
 HIDDEN = "hidden_states"
+# onnxruntime-genai's own generator runs a target export from this file (the builder's, pointed at
+# our artifact): the bench's ort-genai-target-only peer.
+GENAI_CONFIG = "genai_config.json"
 ACCEPT_OUTPUT = "accept_logits"
 # Our quants -> the builder's precision and options (block 32 everywhere, as export/quantize.py).
 PRECISION = {"fp32": "fp32", "int8": "int8", "int4": "int4"}
@@ -169,6 +173,18 @@ def _attach(model, head) -> None:
     model.graph.output.extend(outputs)
 
 
+def _write_genai_config(built: Path, artifact: Path) -> None:
+    """The builder's genai_config.json beside ``artifact``, naming it as the decoder's graph (the
+    graph keeps the builder's input and output names, so its config still describes it)."""
+    import json
+
+    from omnidraft.atomic import write_text
+
+    config = json.loads(built.read_text(encoding="utf-8"))
+    config["model"]["decoder"]["filename"] = artifact.name
+    write_text(artifact.parent / GENAI_CONFIG, json.dumps(config, indent=2) + "\n")
+
+
 def unsupported_reason(info: ModelInfo, max_seq_len: int, trimmed: bool) -> str | None:
     """Why the builder's graph cannot run this model at this length (None when it can)."""
     if info.head_dim % 16:
@@ -229,6 +245,8 @@ def export_genai(
                 "single-file ONNX artifact can hold; use --format executorch"
             )
         onnx.save(model, str(path))
+        if vocab is None and head is None:
+            _write_genai_config(work / GENAI_CONFIG, path)
     inputs = [i.name for i in model.graph.input]
     outputs = [o.name for o in model.graph.output]
     if inputs[:2] != ["input_ids", "attention_mask"] or outputs[0] != "logits":
@@ -322,4 +340,6 @@ def build_genai(
     if qual is not None:
         quality.check(qual, what)
         fig["quality"] = qual
-    return Built(inputs, outputs, fig, EXPORTER, pad_single_row=pad)
+    config = artifact.parent / GENAI_CONFIG
+    extra = {GENAI_CONFIG: sha256_file(config)} if pad and config.is_file() else {}
+    return Built(inputs, outputs, fig, EXPORTER, pad_single_row=pad, extra_files=extra)

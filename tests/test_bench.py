@@ -70,6 +70,8 @@ def _argv(pair, out, *extra):
         "0",
         "--threads",
         "1",
+        "--verify-repeats",
+        "2",
         "--out",
         str(out),
         *extra,
@@ -161,6 +163,38 @@ def test_schema_and_files(report):
     assert "speedup.png" in doc["plots"] and "peers.png" in doc["plots"]
     assert meta["threads"]["torch"] == 1 and meta["settings"]["threads"] == 1
     assert {c["claim"] for c in doc["checks"]["ordering"]} and "## 5. Checks" in md
+    # the verify cost curve of the one loaded backend, k = 1..16, and the at-a-glance table on top
+    (curve,) = doc["verify_cost"]
+    assert curve["backend"] == "torch" and curve["repeats"] == 2
+    assert list(curve["target_ms"]) == [str(k) for k in range(1, 17)] and curve["ratio_to_one_token"]["1"] == 1.0
+    assert all(v > 0 for v in curve["target_ms"].values()) and curve["drafter_step_ms"] > 0
+    assert math.isclose(curve["drafter_cost_ratio"], curve["drafter_step_ms"] / curve["target_ms"]["1"], rel_tol=0.01)
+    assert "## 6. Verify cost" in md and md.index("At a glance") < md.index("## 1. Methods")
+
+
+def test_the_glance_table_names_the_fastest_row_and_what_each_peer_did():
+    from omnidraft.bench.report import _glance
+
+    row = dict(stream="code", status="ok", draft_len=4, outputs_match_target_only=True)
+    report = {
+        "meta": {"settings": {"streams": ["code", "math"]}},
+        "rows": [
+            {**row, "method": "target-only", "tokens_per_s": 40.0, "speedup": 1.0},
+            {**row, "method": "spd-dm", "tokens_per_s": 44.0, "speedup": 1.1},
+            {**row, "method": "hybrid", "tokens_per_s": 80.0, "speedup": 2.0, "outputs_match_target_only": False},
+            {"stream": "math", "method": "target-only", "status": "not run: interrupted"},
+        ],
+        "peers": [
+            {"stream": "code", "name": "llama.cpp-target-only", "status": "not installed (pip install '.[peers]')"},
+            {"stream": "code", "name": "hf-assisted-uag", "status": "ok", "tokens_per_s": 12.345},
+            {"stream": "code", "name": "ort-genai-target-only", "status": "failed: boom", "tokens_per_s": None},
+        ],
+    }
+    lines = _glance(report).splitlines()
+    assert len(lines) == 3  # header, rule, code (math has no finished rows)
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:5] == ["code", "40.0", "80.0 (hybrid, K=4)", "**2.00x**", "**no**"]
+    assert cells[5:] == ["not installed", "–", "failed", "12.3"]
 
 
 def test_derived_figures_are_consistent(report):

@@ -147,3 +147,32 @@ def test_models_the_builder_cannot_take_are_refused_or_fall_back(tmp_path, capsy
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "--onnx-path applies to --format onnx only" in err[0]
+
+
+def test_onnxruntime_genai_runs_a_target_export_from_its_kept_config(built):
+    """A target export keeps the builder's genai_config.json (hashed in the manifest), so
+    onnxruntime-genai's own generator runs it: the bench's ort-genai-target-only peer. Its greedy
+    tokens match our unpadded target-only decode (the same one-row kernels); a trimmed drafter,
+    which is never a target, keeps no such file."""
+    from omnidraft.bench import ortgenai_peer
+    from omnidraft.export.onnx_genai import GENAI_CONFIG
+
+    m = load_manifest(built["t-fp32"])
+    assert GENAI_CONFIG in m.extra_files and ortgenai_peer.unavailable_reason(built["t-fp32"]) is None
+    assert json.loads((built["t-fp32"] / GENAI_CONFIG).read_text())["model"]["decoder"]["filename"] == m.artifact_file
+    assert (
+        not (built["d-int8"] / GENAI_CONFIG).exists() and GENAI_CONFIG not in load_manifest(built["d-int8"]).extra_files
+    )
+    assert "re-export" in ortgenai_peer.unavailable_reason(built["d-int8"])
+
+    tgt = load_model(built["t-fp32"])
+    plain = OrtBackend(built["t-fp32"], replace(m, pad_single_row=False))
+    peer = ortgenai_peer.OrtGenaiPeer(built["t-fp32"], frozenset(), threads=1)
+    for prompt in PROMPTS:
+        ids = list(tgt.codec.start_ids) + tgt.codec.encode(prompt)
+        plain.reset()
+        seq = list(ids)
+        for _ in range(12):
+            row = plain.forward(seq[plain.cached_len :], plain.cached_len)[-1]
+            seq.append(int(np.argmax(row)))
+        assert peer.generate(ids, 12) == seq[len(ids) :], prompt

@@ -65,9 +65,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--peers",
         help="comma-separated from hf, torch, ort, executorch, llama.cpp (the target's GGUF through "
-        "llama-cpp-python, extra `peers`), or 'none'",
+        "llama-cpp-python, extra `peers`), ort-genai (onnxruntime-genai's generator on the ort target "
+        "export), or 'none'",
     )
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
+    p.add_argument(
+        "--verify-repeats",
+        type=int,
+        help="target calls per k of the verify cost curve, k = 1..16 (default 20; 0 skips it)",
+    )
     add_no_splits(p)
     p.add_argument(
         "--draft-vocab",
@@ -116,7 +122,15 @@ def run(args: argparse.Namespace) -> int:
         else BenchSettings(backend=args.backend, **common)
     )
     s.gamma = args.gamma
-    for name in ("prompts", "max_new_tokens", "train_prompts", "adapt_prompts", "tune_prompts", "adapt_lr"):
+    for name in (
+        "prompts",
+        "max_new_tokens",
+        "train_prompts",
+        "adapt_prompts",
+        "tune_prompts",
+        "adapt_lr",
+        "verify_repeats",
+    ):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
     if args.draft_lens is not None:
