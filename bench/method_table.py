@@ -620,6 +620,7 @@ def finish(report: dict, out: Path) -> None:
         ),
         ("cache_growth.png", plots.plot_growth, report["cache"]["growth"]),
         ("peers.png", plots.plot_peers, report["peers"]),
+        ("verify_cost.png", plots.plot_verify_cost, report["verify_cost"]),
     ):
         if fn(arg, out / fname, title):
             made.append(fname)

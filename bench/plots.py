@@ -119,3 +119,50 @@ def plot_acceptance(curves: dict[str, list[float]], path: Path, title: str) -> b
     _save(fig, path)
     plt.close(fig)
     return True
+
+
+def plot_verify_cost(curves: list[dict], path: Path, title: str) -> bool:
+    """ms of one target call verifying k tokens, one line per backend (bench/verify_cost.py)."""
+    if not curves:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for c in curves:
+        ks = sorted(c["target_ms"], key=int)
+        ax.plot([int(k) for k in ks], [c["target_ms"][k] for k in ks], marker="o", label=f"{c['backend']} target")
+        ax.axhline(
+            c["drafter_step_ms"], ls=":", lw=1, color=ax.lines[-1].get_color(), label=f"{c['backend']} drafter step"
+        )
+    ax.set_xlabel("tokens in one target call (k)")
+    ax.set_ylabel("ms per call (median)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def plot_drafter_sizes(rows: list[dict], budget_ms: float | None, path: Path, title: str) -> bool:
+    """Deployed step ms against parameters, one line per layer count, the budget as a dashed line."""
+    if not rows:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for n in sorted({r["layers"] for r in rows}):
+        pts = sorted((r["parameters"] / 1e6, r["step_ms"], r["hidden"]) for r in rows if r["layers"] == n)
+        ax.plot([p for p, _, _ in pts], [ms for _, ms, _ in pts], marker="o", label=f"{n} layers")
+        for p, ms, h in pts:
+            ax.annotate(str(h), (p, ms), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    if budget_ms:
+        ax.axhline(budget_ms, color="grey", ls="--", lw=1, label=f"budget {budget_ms} ms")
+    ax.set_xlabel("parameters (M; labels: hidden size)")
+    ax.set_ylabel("one-token step ms (median)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+    return True

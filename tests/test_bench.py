@@ -170,6 +170,7 @@ def test_schema_and_files(report):
     assert all(v > 0 for v in curve["target_ms"].values()) and curve["drafter_step_ms"] > 0
     assert math.isclose(curve["drafter_cost_ratio"], curve["drafter_step_ms"] / curve["target_ms"]["1"], rel_tol=0.01)
     assert "## 6. Verify cost" in md and md.index("At a glance") < md.index("## 1. Methods")
+    assert "verify_cost.png" in doc["plots"]
 
 
 def test_the_glance_table_names_the_fastest_row_and_what_each_peer_did():
