@@ -20,11 +20,53 @@ from omnidraft.bench.peers import PROMPT_LOOKUP_TOKENS, PeerRun
 PEER_NAMES = ("llama.cpp-target-only", "llama.cpp-prompt-lookup")
 
 
-def unavailable_reason(target_folder: Path) -> str | None:
+# A build of llama.cpp for the CPU it is built on (GGML_NATIVE, the default) uses the AMX tile kernels
+# where the CPU lists AMX, and on a VM that lists AMX their first matmul can segfault, which would take
+# the whole bench with it. So its first decode runs in a child process before the peer loads in ours.
+REBUILD = (
+    "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON "
+    "-DGGML_AVX512_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF' pip install --no-cache-dir --force-reinstall "
+    "--no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36"
+)
+_PROBE = """
+import sys
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], n_ctx=64, n_threads=int(sys.argv[2]), n_threads_batch=int(sys.argv[2]), verbose=False)
+next(iter(llm.generate([0, 1], top_k=1, temp=0.0, reset=True)))
+"""
+_probed: dict[tuple[str, int], str | None] = {}
+
+
+def unavailable_reason(target_folder: Path, threads: int = 1) -> str | None:
     if importlib.util.find_spec("llama_cpp") is None:
         return "not installed (pip install '.[peers]': builds llama-cpp-python from its sdist, ~11 min on 2 cores)"
-    if gguf_of(target_folder) is None:
+    gguf = gguf_of(target_folder)
+    if gguf is None:
         return f"no GGUF file in {target_folder} (install the target with `omnidraft models install`)"
+    key = (str(gguf), threads)
+    if key not in _probed:
+        _probed[key] = _probe(gguf, threads)
+    return _probed[key]
+
+
+def _probe(gguf: Path, threads: int) -> str | None:
+    """Why llama.cpp cannot decode ``gguf`` here, from a first decode in a child process (None: it can)."""
+    import signal
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(gguf), str(threads)], capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        return "failed: llama.cpp's first decode did not finish in 10 min"
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        return f"failed: llama.cpp crashed ({name}) on its first decode on this CPU; rebuild it without AMX: {REBUILD}"
+    if proc.returncode:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"failed: llama.cpp could not decode {gguf.name} ({last[:200]})"
     return None
 
 

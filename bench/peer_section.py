@@ -118,7 +118,7 @@ def run_peers(bench: Bench, st: _Stream) -> None:
         )
     llama = []
     if "llama.cpp" in s.peers:
-        why = llamacpp_peer.unavailable_reason(bench.pair.target)
+        why = llamacpp_peer.unavailable_reason(bench.pair.target, s.threads or 1)
         if why is not None:  # not installed or no GGUF: the rows say why
             failed += [_missing(st.name, n, why) for n in llamacpp_peer.PEER_NAMES]
         else:

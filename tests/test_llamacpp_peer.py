@@ -73,3 +73,20 @@ def test_jobs_feed_the_prompt_ids_and_stop_at_eos_or_the_budget(tmp_path, monkey
     assert made[True]["draft_model"] == ("lookup", llamacpp_peer.PROMPT_LOOKUP_TOKENS)
     assert all(kw["n_threads"] == kw["n_threads_batch"] == 2 and kw["n_ctx"] == 64 for kw in made.values())
     assert all(kw["model_path"].endswith("m.gguf") for kw in made.values())
+
+
+def test_a_llama_cpp_build_that_crashes_is_a_row_not_a_dead_bench(tmp_path, monkeypatch):
+    """llama.cpp's first decode runs in a child process: a native crash there (an AMX build on a VM
+    that lists AMX segfaults in its first matmul) becomes the rows' status, with the rebuild command,
+    and the bench goes on; a build that decodes is loaded in-process as before."""
+    monkeypatch.setattr(llamacpp_peer.importlib.util, "find_spec", lambda name: object())
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.setattr(llamacpp_peer, "_probed", {})
+    monkeypatch.setattr(llamacpp_peer, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    why = llamacpp_peer.unavailable_reason(tmp_path, threads=1)
+    assert why.startswith("failed: llama.cpp crashed (SIGSEGV)") and "-DGGML_AMX_TILE=OFF" in why
+    monkeypatch.setattr(llamacpp_peer, "_PROBE", "raise SystemExit('unknown model architecture')")
+    assert "unknown model architecture" in llamacpp_peer.unavailable_reason(tmp_path, threads=2)
+    assert llamacpp_peer.unavailable_reason(tmp_path, threads=1) == why  # probed once per file and threads
+    monkeypatch.setattr(llamacpp_peer, "_PROBE", "pass")
+    assert llamacpp_peer.unavailable_reason(tmp_path, threads=4) is None
