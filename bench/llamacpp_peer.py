@@ -100,6 +100,15 @@ class LlamaCppPeers:
             )
         return self._models[name]
 
+    @staticmethod
+    def kernels() -> str:
+        """The instruction sets this llama.cpp build uses (its system info, the flags set to 1)."""
+        from llama_cpp import llama_print_system_info
+
+        info = llama_print_system_info().decode(errors="replace")
+        # "CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 0 | ..." -> "SSE3 AVX2"
+        return " ".join(f.split("=")[0].split(":")[-1].strip() for f in info.split("|") if f.strip().endswith("= 1"))
+
     def generate(self, name: str, ids: list[int], max_new_tokens: int) -> list[int]:
         llm = self._model(name)
         out: list[int] = []
@@ -113,7 +122,7 @@ class LlamaCppPeers:
         """An interleavable job (bench.engine.Job); one untimed warm-up call happens here."""
         from omnidraft.bench.engine import Job
 
-        run = PeerRun(name, {"threads": self.threads, "gguf": self.gguf.name})
+        run = PeerRun(name, {"threads": self.threads, "gguf": self.gguf.name, "kernels": self.kernels()})
         self.generate(name, prompt_ids[0], min(8, max_new_tokens))
 
         def step(i: int) -> None:

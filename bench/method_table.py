@@ -143,7 +143,17 @@ def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("omnidraft", "torch", "transformers", "onnxruntime", "executorch", "numpy", "tokenizers"):
+    for pkg in (
+        "omnidraft",
+        "torch",
+        "transformers",
+        "onnxruntime",
+        "onnxruntime-genai",
+        "executorch",
+        "llama-cpp-python",
+        "numpy",
+        "tokenizers",
+    ):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -163,7 +173,25 @@ def _machine() -> dict:
         "memory_bytes": mem,
         "torch_default_threads": torch.get_num_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_flags": _simd_flags(),
     }
+
+
+# The instruction sets the engines' kernels choose between (a peer's speed depends on which it took).
+SIMD = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "neon", "asimd")
+
+
+def _simd_flags() -> list[str] | None:
+    """The CPU's SIMD flags from /proc/cpuinfo (None where there is none, e.g. macOS)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags |= set(line.split(":", 1)[1].split())
+    return sorted(f for f in flags if f in SIMD or f.startswith("avx512"))
 
 
 def new_report(s: BenchSettings) -> dict:

@@ -316,7 +316,9 @@ def markdown(report: dict) -> str:
     lines += [
         f"{m['date']} · {m['machine']['cpu_count']} CPUs ({m['machine']['machine']}), intra-op threads "
         f"{s.get('threads') or 'library default'} (torch {threads.get('torch')}) · omnidraft {v.get('omnidraft')}, torch {v.get('torch')}, "
-        f"transformers {v.get('transformers')}, onnxruntime {v.get('onnxruntime')}, executorch {v.get('executorch')}",
+        f"transformers {v.get('transformers')}, onnxruntime {v.get('onnxruntime')}, executorch {v.get('executorch')}"
+        + "".join(f", {k} {v[k]}" for k in ("onnxruntime-genai", "llama-cpp-python") if v.get(k))
+        + (f" · SIMD: {' '.join(m['machine']['cpu_flags'])}" if m["machine"].get("cpu_flags") else ""),
         f"Settings: {s['prompts']} held-out test prompts per stream, {s['max_new_tokens']} new tokens, greedy; "
         f"K from {s['sweep_ks']} on {s['sweep_prompts']} train prompt(s); {'quick run' if s['quick'] else 'full run'}.",
         "",

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +110,9 @@ def test_schema_and_files(report):
     for key in ("date", "versions", "machine", "settings", "pair", "paper_latency_s", "threads"):
         assert key in meta
     assert meta["versions"]["torch"] and meta["settings"]["backend"] == "torch"
+    assert "onnxruntime-genai" in meta["versions"] and "llama-cpp-python" in meta["versions"]
+    flags = meta["machine"]["cpu_flags"]
+    assert flags is None or all(f in Path("/proc/cpuinfo").read_text() for f in flags)
     assert [r["method"] for r in doc["rows"]] == list(METHODS)
     for r in doc["rows"]:
         if r["status"] == "ok":

@@ -57,6 +57,7 @@ class _FakeLlama:
 def test_jobs_feed_the_prompt_ids_and_stop_at_eos_or_the_budget(tmp_path, monkeypatch):
     fake = types.ModuleType("llama_cpp")
     fake.Llama = _FakeLlama
+    fake.llama_print_system_info = lambda: b"CPU : AVX2 = 1 | AMX_INT8 = 0 | AVX512 = 1 | "
     spec = types.ModuleType("llama_cpp.llama_speculative")
     spec.LlamaPromptLookupDecoding = lambda num_pred_tokens: ("lookup", num_pred_tokens)
     monkeypatch.setitem(sys.modules, "llama_cpp", fake)
@@ -68,6 +69,7 @@ def test_jobs_feed_the_prompt_ids_and_stop_at_eos_or_the_budget(tmp_path, monkey
     runs = interleave(jobs, 2, "test", progress=False)
     for name in llamacpp_peer.PEER_NAMES:
         assert runs[name].outputs == [[4, 5, 6, 7, 8], [21, 22, 23, 24, 25]]
+        assert runs[name].config["kernels"] == "AVX2 AVX512"
     assert peers.generate(llamacpp_peer.PEER_NAMES[0], [9], 10) == [10, 11, 12, 13]  # EOS 13 ends it
     made = {bool(kw["draft_model"]): kw for kw in _FakeLlama.made}
     assert made[True]["draft_model"] == ("lookup", llamacpp_peer.PROMPT_LOOKUP_TOKENS)
