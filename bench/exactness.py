@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omnidraft.bench import token_classes
+from omnidraft.bench.token_classes import ClassCounts, tally
 from omnidraft.errors import ContextOverflow
 from omnidraft.models.streams import STREAMS, load_stream
 from omnidraft.runtime.speculative import DecodeConfig
@@ -32,6 +34,7 @@ class StreamCheck:
     accepted: int = 0
     skipped: int = 0  # prompts that do not fit a model's context with the new tokens
     mismatches: list[str] = field(default_factory=list)  # prompt ids whose outputs differ
+    by_class: dict[str, ClassCounts] = field(default_factory=dict)  # bench/token_classes.py
 
     @property
     def acceptance(self) -> float:
@@ -85,8 +88,11 @@ def check_pair(
                     check.skipped += 1
                     continue
                 got = dec.generate(
-                    p.prompt, DecodeConfig(max_new_tokens=max_new_tokens, mode=mode, draft_len=draft_len)
+                    p.prompt,
+                    DecodeConfig(max_new_tokens=max_new_tokens, mode=mode, draft_len=draft_len),
+                    trace=True,
                 )
+                tally(got.rounds, dec.target.codec.decode, check.by_class)
                 check.prompts += 1
                 check.tokens += len(got.token_ids)
                 check.proposed += got.stats.proposed
@@ -112,4 +118,6 @@ def table(pair: dict, checks: list[StreamCheck]) -> str:
         lines.append(
             f"| {c.stream} | {c.mode} | {c.prompts} | {c.identical} | {c.skipped} | {c.tokens} | {c.acceptance:.3f} |"
         )
+    lines += ["", "Acceptance by token class (what each proposed or written target token spells):", ""]
+    lines.append(token_classes.table({f"{c.stream} ({c.mode})": c.by_class for c in checks}))
     return "\n".join(lines)

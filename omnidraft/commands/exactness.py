@@ -58,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print(table(pair, checks))
     if args.json:
-        rows = [{**vars(c), "acceptance": c.acceptance} for c in checks]
+        rows = [
+            {**vars(c), "acceptance": c.acceptance, "by_class": {k: vars(v) for k, v in c.by_class.items()}}
+            for c in checks
+        ]
         write_text(args.json, json.dumps({"pair": pair, "streams": rows}, indent=2) + "\n")
     bad = [m for c in checks for m in c.mismatches]
     if bad:
