@@ -85,8 +85,28 @@ def _peer(stream: str, name: str, run, hf_base, reference, reference_name: str |
         "speedup_vs_hf_target_only": round(tps / hf_base.tokens_per_s, 4) if hf_base and hf_base.tokens_per_s else None,
         "outputs_match_target_only": run.outputs == reference if reference is not None else None,
         "compared_with": reference_name if reference is not None else None,
+        **(_agreement(run.outputs, reference) if reference is not None else {}),
         "status": "ok",
         **extra,
+    }
+
+
+def _agreement(outputs: list[list[int]], reference: list[list[int]]) -> dict:
+    """How far two greedy runs agree: prompts with identical output, and the mean number of leading
+    tokens they share (a near-tie flipped late, or other weights from the first token)."""
+
+    def prefix(a: list[int], b: list[int]) -> int:
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    pairs = list(zip(outputs, reference))
+    return {
+        "identical_prompts": sum(a == b for a, b in pairs),
+        "mean_common_prefix_tokens": round(sum(prefix(a, b) for a, b in pairs) / len(pairs), 2) if pairs else None,
     }
 
 

@@ -169,7 +169,12 @@ def _peers(report: dict) -> str:
             "tok_s": _f(p["tokens_per_s"], "{:.1f}"),
             "hf": _x(p["speedup_vs_hf_target_only"]),
             "own": _x(p.get("speedup_vs_own_target_only")),
-            "same": _f(p["outputs_match_target_only"]),
+            "same": _f(p["outputs_match_target_only"])
+            + (
+                f" ({p['identical_prompts']}/{p['prompts']} prompts, first {p['mean_common_prefix_tokens']:g} tokens shared)"
+                if p.get("outputs_match_target_only") is False and p.get("mean_common_prefix_tokens") is not None
+                else ""
+            ),
             "vs": p.get("compared_with") or "–",
             "config": ", ".join(f"{k}={v}" for k, v in (p.get("config") or {}).items() if k != "label") or "–",
             "status": p.get("status", "ok"),

@@ -135,6 +135,9 @@ def test_schema_and_files(report):
     assert names == ["hf-target-only", "omnidraft-torch", "hf-assisted-uag", "hf-prompt-lookup"]
     for p in doc["peers"]:
         assert all(f in p for f in PEER_FIELDS)
+        if p["compared_with"]:
+            assert 0 <= p["identical_prompts"] <= p["prompts"] and p["mean_common_prefix_tokens"] >= 0
+            assert (p["identical_prompts"] == p["prompts"]) == p["outputs_match_target_only"]
     assert {t["source"] for t in doc["cache"]["tables"]} == {"online (test)", "train then test"}
     ev = doc["cache"]["eviction"]
     assert ev and all(e["stream"] == "math" for e in ev)
