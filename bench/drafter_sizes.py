@@ -136,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-ms", type=float, help="the step a drafter may cost (e.g. 3 %% of the target's step)")
     ap.add_argument("--out", type=Path, default=Path("reports/drafter-sizes"))
     args = ap.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    from omnidraft.cli import quiet_third_party_logs
+
+    quiet_third_party_logs()
+    hf_logging.disable_progress_bar()  # one bar per saved random model says nothing here
     try:
         hiddens, layers = _ints(args.hidden, "--hidden"), _ints(args.layers, "--layers")
         for h in hiddens:

@@ -34,15 +34,22 @@ class Pair:
     name: str
 
     def paths(
-        self, backend: str, max_seq_len: int, progress: bool = True, draft_vocab: int | None = DRAFT_VOCAB
+        self,
+        backend: str,
+        max_seq_len: int,
+        progress: bool = True,
+        draft_vocab: int | None = DRAFT_VOCAB,
+        target_quant: str | None = None,
     ) -> tuple[Path, Path]:
+        """The backend's exports of both models; ``target_quant`` overrides the backend's quant for
+        the target (an int4 ONNX target, say: its step is the one every speedup divides)."""
         fmt, quant = BACKENDS[backend]
         if fmt is None:
             return self.drafter, self.target
         device = DRAFTER_DEVICES.get(backend, "cpu")
         return (
             drafter_export(self.drafter, fmt, quant, max_seq_len, progress, draft_vocab=draft_vocab, device=device),
-            target_export(self.target, fmt, quant, max_seq_len, progress),
+            target_export(self.target, fmt, target_quant or quant, max_seq_len, progress),
         )
 
 

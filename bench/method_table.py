@@ -83,6 +83,7 @@ class BenchSettings:
     gamma: float = 0.5  # hybrid+adaptive: initial stopping threshold (tuned online from there)
     splits: bool = True  # greedy ngram rows may propose split drafter tokens (False: the paper's translation)
     draft_vocab: int | None = DRAFT_VOCAB  # drafter exports keep this many tokens (None: all; bench/bundled.py)
+    target_quant: str | None = None  # the main backend's target export (None: the backend's own, ort int8)
     quick: bool = False
     out: Path = Path("reports/bench")
 
@@ -133,6 +134,15 @@ def validate(s: BenchSettings) -> None:
         raise InvalidArgument(f"--draft-vocab must be >= 0 (got {s.draft_vocab}); 0 keeps every drafter token")
     if s.threads is not None and s.threads < 1:
         raise InvalidArgument(f"--threads must be >= 1 (got {s.threads}); omit it for one thread")
+    if s.target_quant is not None:
+        from omnidraft.export.recipes import QUANTS
+
+        fmt = BACKENDS[s.backend][0]
+        if fmt is None or s.target_quant not in QUANTS[fmt]:
+            raise InvalidArgument(
+                f"--target-quant {s.target_quant} does not apply to the {s.backend} backend"
+                + (f"; choose one of {', '.join(QUANTS[fmt])}" if fmt else " (it runs the HF folders as they are)")
+            )
     if s.verify_repeats < 0:
         raise InvalidArgument(f"--verify-repeats must be >= 0 (got {s.verify_repeats}); 0 skips the verify cost curve")
     if s.train_prompts < 0 or s.adapt_prompts < 0 or not s.sweep_ks or min(s.sweep_ks) < 1:
@@ -326,7 +336,8 @@ class Bench:
     def engine(self, backend: str) -> Engine:
         """The backend's pair, loaded (and exported, for ort/executorch) and warmed up on first use."""
         if backend not in self.engines:
-            d, t = self.pair.paths(backend, self.s.max_seq_len, self.progress, self.s.draft_vocab)
+            tq = self.s.target_quant if backend == self.s.backend else None
+            d, t = self.pair.paths(backend, self.s.max_seq_len, self.progress, self.s.draft_vocab, tq)
             eng = Engine(backend, d, t, self.s.threads, self.s.splits)
             if eng.executorch_threads is not None:
                 self.report["meta"]["threads"]["executorch"] = eng.executorch_threads

@@ -408,6 +408,9 @@ def test_bad_inputs_get_one_line(pair, capsys, tmp_path):
     _refused(capsys, base + ["--threads", "-2"], "--threads")
     _refused(capsys, base + ["--adapt-lr", "0"], "--adapt-lr", "(0, 1)")
     _refused(capsys, base + ["--draft-vocab", "-1"], "--draft-vocab", ">= 0")
+    _refused(capsys, base + ["--target-quant", "int3"], "--target-quant int3", "fp32, int8, int4")
+    _refused(capsys, base + ["--backend", "torch", "--target-quant", "int4"], "torch backend", "HF folders")
+    _refused(capsys, base + ["--verify-repeats", "-1"], "--verify-repeats", ">= 0")
     _refused(capsys, base + ["--adapted", "hybrid,lora"], "lora", "l-dm, hybrid, hybrid+lora, hybrid+adaptive")
     assert not (tmp_path / "o").exists()  # nothing written for refused input
 

@@ -70,6 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-eviction", action="store_true", help="skip the LFU/LRU capped-cache runs")
     p.add_argument(
+        "--target-quant",
+        help="quant of the main backend's target export (ort: fp32, int8, int4; executorch: fp32, 8da4w, 8da8w); "
+        "default: the backend's own (ort int8, executorch 8da4w)",
+    )
+    p.add_argument(
         "--verify-repeats",
         type=int,
         help="target calls per k of the verify cost curve, k = 1..16 (default 20; 0 skips it)",
@@ -130,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         "tune_prompts",
         "adapt_lr",
         "verify_repeats",
+        "target_quant",
     ):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
