@@ -133,14 +133,7 @@ def plot_verify_cost(curves: list[dict], path: Path, title: str) -> bool:
         ax.axhline(
             c["drafter_step_ms"], ls=":", lw=1, color=ax.lines[-1].get_color(), label=f"{c['backend']} drafter step"
         )
-    ax.set_xlabel("tokens in one target call (k)")
-    ax.set_ylabel("ms per call (median)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    _save(fig, path)
-    plt.close(fig)
+    _finish_ms_plot(plt, fig, ax, path, title, "tokens in one target call (k)", "ms per call (median)")
     return True
 
 
@@ -157,12 +150,17 @@ def plot_drafter_sizes(rows: list[dict], budget_ms: float | None, path: Path, ti
             ax.annotate(str(h), (p, ms), textcoords="offset points", xytext=(3, 3), fontsize=7)
     if budget_ms:
         ax.axhline(budget_ms, color="grey", ls="--", lw=1, label=f"budget {budget_ms} ms")
-    ax.set_xlabel("parameters (M; labels: hidden size)")
-    ax.set_ylabel("one-token step ms (median)")
+    _finish_ms_plot(plt, fig, ax, path, title, "parameters (M; labels: hidden size)", "one-token step ms (median)")
+    return True
+
+
+def _finish_ms_plot(plt, fig, ax, path: Path, title: str, xlabel: str, ylabel: str) -> None:
+    """Axes from zero, labels, grid and legend of a milliseconds plot; written and closed."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)
     plt.close(fig)
-    return True
