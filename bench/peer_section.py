@@ -136,21 +136,21 @@ def run_peers(bench: Bench, st: _Stream) -> None:
         jobs.append(
             bench.hf.job("hf-prompt-lookup", {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}, ids, s.max_new_tokens)
         )
-    llama = []
+    own_vocab = []  # peers decoding the target's own token ids: llama.cpp, onnxruntime-genai
     if "llama.cpp" in s.peers:
         why = llamacpp_peer.unavailable_reason(bench.pair.target, s.threads or 1)
         if why is not None:  # not installed or no GGUF: the rows say why
             failed += [_missing(st.name, n, why) for n in llamacpp_peer.PEER_NAMES]
         else:
-            llama = _llamacpp_jobs(bench, st)
+            own_vocab += _llamacpp_jobs(bench, st)
     if "ort-genai" in s.peers:
         export_dir = _ort_target(bench)
         why = ortgenai_peer.unavailable_reason(export_dir)
         if why is not None:
             failed.append(_missing(st.name, ortgenai_peer.PEER_NAME, why))
         else:
-            llama.append(_genai_job(bench, st, export_dir))
-    jobs += llama
+            own_vocab.append(_genai_job(bench, st, export_dir))
+    jobs += own_vocab
     bench.report["peers"].extend(failed)
     if not jobs:
         return
@@ -189,13 +189,13 @@ def run_peers(bench: Bench, st: _Stream) -> None:
                 else None,
             )
         )
-    if llama:
+    if own_vocab:
         # The target's own vocabulary (llama.cpp reads the GGUF it was converted from, onnxruntime-genai
         # our export), same prompt ids: their greedy tokens compare with ours.
         ref = "ort" if "ort" in own else own[0] if own else None
         own_ref = runs[f"omnidraft-{ref} target-only"] if ref else hf_base
         ref_name = f"omnidraft {ref} target-only" if ref else "hf-target-only"
-        for job in llama:
+        for job in own_vocab:
             run = runs[job.name]
             peers.append(
                 _peer(
