@@ -111,3 +111,49 @@ def step_loss(
     s_logp = torch.log_softmax(logits.float() / temp, dim=-1)
     kl = torch.nn.functional.kl_div(s_logp.flatten(0, 1), t_logp.flatten(0, 1), log_target=True, reduction="batchmean")
     return (1 - w) * nll + w * temp * temp * kl
+
+
+class CrossVocabTeachers:
+    """Recipe ``teachers``: stored teacher passes of real targets in other vocabularies
+    (models/teacher_shards.py), each a term of the paper's hybrid loss through that teacher's direct
+    map and n-grams. A step draws ``records_per_step`` records of every teacher, in an order that is
+    a pure function of the seed and the step (an interrupted run resumes bit-identically)."""
+
+    def __init__(self, spec: dict[str, Any], *, tokenizer_path, seed: int) -> None:
+        import hashlib
+
+        from .teacher_shards import load_teacher_set
+
+        sha = hashlib.sha256(tokenizer_path.read_bytes()).hexdigest()
+        self.per_step = int(spec.get("records_per_step", 8))
+        self.seq_len = int(spec.get("seq_len", 256))
+        if self.per_step < 1 or self.seq_len < 8 or not spec.get("sets"):
+            raise InvalidArgument(
+                "recipe teachers needs sets (a list of {shards, weight}), records_per_step >= 1 and seq_len >= 8"
+            )
+        self.sets = [load_teacher_set(s["shards"], drafter_tokenizer_sha256=sha) for s in spec["sets"]]
+        self.weights = [float(s.get("weight", 1.0)) for s in spec["sets"]]
+        self.seed = seed
+        self._perms: dict[tuple[int, int], np.ndarray] = {}
+
+    def _records(self, i: int, step: int) -> list:
+        recs = self.sets[i].records
+        out = []
+        for g in range(step * self.per_step, (step + 1) * self.per_step):
+            epoch, r = divmod(g, len(recs))
+            if (i, epoch) not in self._perms:
+                self._perms = {key: p for key, p in self._perms.items() if key[1] >= epoch - 1}
+                self._perms[(i, epoch)] = np.random.default_rng([self.seed, i, epoch]).permutation(len(recs))
+            out.append(recs[self._perms[(i, epoch)][r]])
+        return out
+
+    def loss(self, model: torch.nn.Module, step: int) -> torch.Tensor:
+        from omnidraft.adapt.loss import hybrid_loss, make_batch
+
+        total = torch.zeros(())
+        for i, (ts, w) in enumerate(zip(self.sets, self.weights)):
+            b = make_batch(self._records(i, step), "hybrid", ts.k, seq_len=self.seq_len)
+            logits = model(input_ids=b.ids, use_cache=False).logits
+            inter = torch.from_numpy(ts.inter)
+            total = total + w * hybrid_loss(logits, inter, *b.inputs()[1:])
+        return total

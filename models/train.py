@@ -10,7 +10,8 @@ into fixed-length rows), so a run that is interrupted resumes from its last chec
 with the same weights as an uninterrupted run. Checkpoints are a folder per step (safetensors
 weights, safetensors AdamW state, JSON step/RNG/loss state), published by an atomic rename plus an
 atomically written ``latest.json``; a half-written checkpoint is never picked up. A recipe may also
-start from a real model's layers and learn from a teacher's distributions (models/distill.py).
+start from a real model's layers and learn from a teacher's distributions (models/distill.py), in
+its own vocabulary or, through stored teacher passes (models/teacher_shards.py), in a target's.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from safetensors.torch import load_file, save_file
 from omnidraft.atomic import atomic_path, save_figure, write_json
 from omnidraft.errors import DataError, InvalidArgument, ModelFolderError
 
-from .distill import head_tokens, load_teacher, step_loss
+from .distill import CrossVocabTeachers, head_tokens, load_teacher, step_loss
 
 MODELS_DIR = Path(__file__).resolve().parent
 RECIPES_DIR = MODELS_DIR / "recipes"
@@ -299,6 +300,11 @@ def memory_estimate(recipe: dict[str, Any]) -> int:
         folder = resolve(recipe["teacher"]["model"])
         cfg = AutoConfig.from_pretrained(str(folder))
         need += (folder / "model.safetensors").stat().st_size + tokens * cfg.hidden_size * 4 * 4
+    if "teachers" in recipe:
+        t = recipe["teachers"]
+        need += t.get("records_per_step", 8) * t.get("seq_len", 256) * m["vocab_size"] * 4 * 6
+        for s in t.get("sets", ()):  # records are held in memory, about twice their stored size
+            need += 2 * sum(f.stat().st_size for f in Path(s["shards"]).glob("shard-*.safetensors"))
     return need + 2**30
 
 
@@ -349,6 +355,12 @@ def train(
         print(f"{recipe['name']}: {rows.numel():,} training tokens packed in {time.time() - t0:.1f}s", file=sys.stderr)
     model = build_model(recipe, warm=True)
     teacher = load_teacher(recipe)
+    teachers = (
+        CrossVocabTeachers(recipe["teachers"], tokenizer_path=tok_path, seed=tr["seed"])
+        if "teachers" in recipe
+        else None
+    )
+    lm_weight = recipe.get("teachers", {}).get("lm_weight", 1.0)
     kept = head_tokens(recipe, rows.numpy())
     opt = _make_optimizer(model, tr)
     ckpt = work_dir / "checkpoints"
@@ -367,7 +379,11 @@ def train(
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tr)
         batch = rows[step * B : (step + 1) * B]
-        loss = step_loss(model, batch, teacher=teacher, kd=recipe.get("teacher", {}), kept=kept)
+        loss = torch.zeros(())
+        if lm_weight:
+            loss = lm_weight * step_loss(model, batch, teacher=teacher, kd=recipe.get("teacher", {}), kept=kept)
+        if teachers is not None:
+            loss = loss + teachers.loss(model, step)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
         opt.step()

@@ -1,0 +1,392 @@
+"""Teacher shards: a real target's teacher-forced distributions over training text, stored once in
+the drafter's token positions, so a drafter recipe learns from several targets without loading them.
+
+    python -m omnidraft.models.teacher_shards --teacher qwen2.5-coder-0.5b-instruct \\
+        --drafter models/bundled/drafter --mix code=1 --chars 200000 --out DIR
+
+A teacher pass reads the recipe corpora's training pieces (held-out documents excluded), runs the
+teacher over each piece once (teacher forcing, no generation) and turns its logits into the records
+the online adapter trains on (``adapt.buffer.Collector``): directly-mapped positions with the
+teacher's top-K log-probabilities over the vocabulary intersection, and n-gram / split positions.
+So offline distillation and online adaptation share one loss (the paper's hybrid loss, through this
+teacher's direct map and n-grams) and one record layout.
+
+``DIR`` holds ``teacher.json`` (teacher, both tokenizers' digests, K, temperature, and one entry per
+shard with its sha256), ``vocab.safetensors`` (the intersection's drafter ids, which the records'
+indices point into) and ``shard-NNNNN.safetensors``. Shards are published one by one (atomic
+rename, manifest rewritten after each), so an interrupted pass resumes at the first missing shard; a
+shard whose bytes no longer match the manifest is refused with the command that rebuilds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from omnidraft.atomic import atomic_path, write_json
+from omnidraft.errors import DataError, InvalidArgument, OmnidraftError
+
+FORMAT = 1
+MANIFEST = "teacher.json"
+VOCAB_FILE = "vocab.safetensors"
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """What a teacher pass stores; every field is in the manifest, and a resumed pass must match it."""
+
+    k: int = 32  # top-K intersection entries per directly-mapped position
+    temperature: float = 1.0
+    texts_per_shard: int = 64
+    max_tokens: int = 192  # teacher tokens per forward (longer pieces are cut): ~256 drafter tokens, a recipe row
+    dtype: str = "float32"  # the teacher's compute dtype; bfloat16 uses the CPU's bf16 matmuls where it has them
+
+    def validate(self) -> None:
+        if self.k < 1:
+            raise InvalidArgument(f"--k must be >= 1 (got {self.k})")
+        if not self.temperature > 0:
+            raise InvalidArgument(f"--temperature must be > 0 (got {self.temperature})")
+        if self.texts_per_shard < 1 or self.max_tokens < 8:
+            raise InvalidArgument("--texts-per-shard must be >= 1 and --max-tokens >= 8")
+        if self.dtype not in DTYPES:
+            raise InvalidArgument(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
+
+
+@dataclass
+class TeacherSet:
+    """One teacher's stored records, ready for ``adapt.loss.make_batch``."""
+
+    name: str
+    inter: np.ndarray  # int64: the intersection's drafter ids (the records' dm_idx index into it)
+    records: list
+    k: int
+
+    @property
+    def positions(self) -> int:
+        return sum(len(r.dm_rows) + len(r.ng_rows) for r in self.records)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def texts_digest(texts: list[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(hashlib.sha256(t.encode("utf-8")).digest())
+    return h.hexdigest()
+
+
+def corpus_texts(mix: dict[str, float], chars: int, *, seed: int = 1234) -> list[str]:
+    """Training pieces of each domain in ``mix`` (held-out documents excluded), about ``chars`` in all."""
+    from omnidraft.models.train import _domain_texts
+
+    out: list[str] = []
+    for domain, frac in sorted(mix.items()):
+        out.extend(_domain_texts(domain, seed, int(frac * chars)))
+    return out
+
+
+def _map_teacher(drafter_dir: Path, teacher_dir: Path):
+    from omnidraft.runtime.tokenizer import load_codec
+    from omnidraft.runtime.vocab import build_vocab_map
+
+    dc, tc = load_codec(drafter_dir), load_codec(teacher_dir)
+    vocab = build_vocab_map(dc, tc)
+    if vocab.size == 0:
+        raise InvalidArgument(
+            f"teacher {teacher_dir}'s tokenizer shares no token spelling with the drafter's ({drafter_dir}), "
+            "so it cannot be mapped; choose a teacher whose tokenizer spells text in bytes or SentencePiece pieces"
+        )
+    return dc, tc, vocab
+
+
+def _prompt_split(codec, ids: list[int]) -> int:
+    """The fewest leading teacher tokens (>= 1) that spell whole UTF-8 characters: the records' prompt."""
+    for n in range(1, len(ids)):
+        try:
+            codec.spell(ids[:n]).decode("utf-8")
+            return n
+        except UnicodeDecodeError:
+            continue
+    return len(ids)
+
+
+def _records_of(texts, model, dc, tc, vocab, spec: PassSpec):
+    import torch
+
+    from omnidraft.adapt.buffer import Collector
+
+    col = Collector(dc, tc, vocab, k=spec.k, temperature=spec.temperature)
+    start = list(tc.start_ids)
+    out = []
+    for text in texts:
+        doc = tc.encode(text)
+        for w in range(0, len(doc), spec.max_tokens):  # a long piece is several records, none of it dropped
+            ids = doc[w : w + spec.max_tokens]
+            p = _prompt_split(tc, ids)
+            if p >= len(ids):
+                continue  # too short, or the window opens inside a UTF-8 character
+            with torch.inference_mode():
+                logits = model(input_ids=torch.tensor([start + ids])).logits[0].float().numpy()
+            col.start(tc.spell(ids[:p]).decode("utf-8"))
+            first = len(start) + p - 1  # row predicting ids[p]
+            col.on_verified(ids[p:], logits[first : first + len(ids) - p])
+            out.append(col.finish())
+    return out
+
+
+def _save_shard(records: list, path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    def cat(name: str, dtype, width: int | None = None) -> np.ndarray:
+        parts = [np.asarray(getattr(r, name)) for r in records]
+        if width is not None:
+            parts = [a.reshape(-1, width) for a in parts]
+        return np.ascontiguousarray(np.concatenate(parts).astype(dtype))
+
+    k = records[0].dm_idx.shape[1]
+    arrays = {
+        "ids": cat("ids", np.int32),
+        "ids_len": np.asarray([len(r.ids) for r in records], dtype=np.int64),
+        "dm_rows": cat("dm_rows", np.int32),
+        "dm_len": np.asarray([len(r.dm_rows) for r in records], dtype=np.int64),
+        "dm_idx": cat("dm_idx", np.int32, k),
+        "dm_logp": cat("dm_logp", np.float16, k),
+        "dm_tail": cat("dm_tail", np.float32),
+        "ng_rows": cat("ng_rows", np.int32),
+        "ng_len": np.asarray([len(r.ng_rows) for r in records], dtype=np.int64),
+        "ng_split": cat("ng_split", np.uint8),
+    }
+    with atomic_path(path) as tmp:
+        save_file(arrays, str(tmp))
+
+
+def _load_shard(path: Path, k: int) -> list:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    from omnidraft.adapt.buffer import Record
+
+    try:
+        a = load_file(str(path))
+        split = {n: np.cumsum(a[f"{n}_len"])[:-1] for n in ("ids", "dm", "ng")}
+        ids = np.split(a["ids"], split["ids"])
+        dm = [np.split(a[f"dm_{f}"], split["dm"]) for f in ("rows", "idx", "logp", "tail")]
+        ng = [np.split(a[f"ng_{f}"], split["ng"]) for f in ("rows", "split")]
+    except (OSError, KeyError, ValueError, SafetensorError) as exc:
+        raise DataError(f"teacher shard {path} cannot be read ({exc})") from None
+    return [
+        Record(
+            prompt="",
+            ids=ids[i],
+            dm_rows=dm[0][i],
+            dm_idx=dm[1][i].reshape(-1, k),
+            dm_logp=dm[2][i].reshape(-1, k),
+            dm_tail=dm[3][i],
+            ng_rows=ng[0][i],
+            ng_split=ng[1][i].astype(bool),
+        )
+        for i in range(len(ids))
+    ]
+
+
+def _rebuild_hint(manifest: dict, folder: Path) -> str:
+    return (
+        f"delete it and run `python -m omnidraft.models.teacher_shards --teacher {manifest['teacher']} "
+        f"--drafter {manifest['drafter']} --out {folder}` with the pass's other options to rebuild it"
+    )
+
+
+def teacher_pass(
+    *,
+    teacher: str | Path,
+    drafter: str | Path,
+    texts: list[str],
+    out: str | Path,
+    spec: PassSpec = PassSpec(),
+    progress: bool = True,
+) -> dict:
+    """Runs (or resumes) one teacher over ``texts``; returns the manifest."""
+    import torch
+    from safetensors.numpy import save_file
+    from tqdm import tqdm
+
+    from omnidraft.models.sources import resolve
+
+    spec.validate()
+    if not texts:
+        raise InvalidArgument("the teacher pass got no text; raise --chars or check the --mix domains")
+    out, drafter_dir, teacher_dir = Path(out), Path(drafter), resolve(teacher)
+    dc, tc, vocab = _map_teacher(drafter_dir, teacher_dir)  # an unmappable teacher fails before its weights load
+    ident = {
+        "format": FORMAT,
+        "teacher": str(teacher),
+        "teacher_tokenizer_sha256": tc.sha256,
+        "drafter": str(drafter),
+        "drafter_tokenizer_sha256": dc.sha256,
+        "intersection": vocab.size,
+        "texts_sha256": texts_digest(texts),
+        "texts": len(texts),
+        "spec": asdict(spec),
+    }
+    manifest = {**ident, "shards": []}
+    path = out / MANIFEST
+    if path.is_file():
+        old = read_manifest(out)
+        differs = [key for key, v in ident.items() if old.get(key) != v]
+        if differs:
+            raise InvalidArgument(
+                f"{out} holds a teacher pass with another {differs[0]}; pass a new --out (or delete {out})"
+            )
+        manifest = old
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / VOCAB_FILE).is_file():
+        with atomic_path(out / VOCAB_FILE) as tmp:
+            save_file({"drafter_ids": vocab.drafter_ids.astype(np.int64)}, str(tmp))
+    write_json(path, manifest)
+    n = spec.texts_per_shard
+    done = len(manifest["shards"])
+    todo = range(done * n, len(texts), n)
+    if not todo:
+        return manifest
+    from omnidraft.export.hf_model import inspect_folder, load_model
+
+    model = load_model(inspect_folder(teacher_dir)).to(getattr(torch, spec.dtype))
+    bar = tqdm(total=len(texts), initial=done * n, desc=f"teacher {Path(str(teacher)).name}", disable=not progress)
+    for start in todo:
+        records = _records_of(texts[start : start + n], model, dc, tc, vocab, spec)
+        name = f"shard-{len(manifest['shards']):05d}.safetensors"
+        if records:
+            _save_shard(records, out / name)
+        manifest["shards"].append(
+            {
+                "file": name if records else None,
+                "sha256": _sha256(out / name) if records else None,
+                "records": len(records),
+                "drafter_tokens": sum(len(r.ids) for r in records),
+                "teacher_tokens": sum(r.target_tokens for r in records),
+                "dm_positions": sum(len(r.dm_rows) for r in records),
+                "ngram_positions": sum(len(r.ng_rows) for r in records),
+            }
+        )
+        write_json(path, manifest)
+        bar.update(min(n, len(texts) - start))
+    bar.close()
+    return manifest
+
+
+def read_manifest(folder: str | Path) -> dict:
+    from omnidraft.validate import parse_json
+
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        raise DataError(f"{folder} holds no teacher pass ({MANIFEST} missing); run `python -m {__name__}` first")
+    fix = f"delete {folder} and run the teacher pass again"
+    m = parse_json(path.read_bytes(), error=DataError, where=str(path), fix=fix)
+    if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("shards"), list):
+        raise DataError(f"{path} is not a teacher-pass manifest of format {FORMAT}; {fix}")
+    return m
+
+
+def load_teacher_set(folder: str | Path, *, drafter_tokenizer_sha256: str) -> TeacherSet:
+    """A finished teacher pass, checked shard by shard against its manifest and against the drafter
+    being trained (the records' token ids are that tokenizer's)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    folder = Path(folder)
+    m = read_manifest(folder)
+    if m["drafter_tokenizer_sha256"] != drafter_tokenizer_sha256:
+        raise DataError(
+            f"teacher pass {folder} was made for another drafter tokenizer ({m['drafter']}); "
+            "run the pass again with --drafter set to the drafter you train"
+        )
+    if sum(s["records"] for s in m["shards"]) == 0 or len(m["shards"]) * m["spec"]["texts_per_shard"] < m["texts"]:
+        raise DataError(f"teacher pass {folder} is unfinished; rerun its command to complete it")
+    try:
+        inter = load_file(str(folder / VOCAB_FILE))["drafter_ids"].astype(np.int64)
+    except (OSError, KeyError, SafetensorError) as exc:
+        raise DataError(f"{folder / VOCAB_FILE} cannot be read ({exc}); {_rebuild_hint(m, folder)}") from None
+    records = []
+    for s in m["shards"]:
+        if s["file"] is None:
+            continue
+        path = folder / s["file"]
+        if not path.is_file() or _sha256(path) != s["sha256"]:
+            what = "is missing" if not path.is_file() else "is corrupted (its sha256 differs from the manifest's)"
+            raise DataError(f"teacher shard {path} {what}; {_rebuild_hint(m, folder)}")
+        records.extend(_load_shard(path, m["spec"]["k"]))
+    return TeacherSet(name=m["teacher"], inter=inter, records=records, k=m["spec"]["k"])
+
+
+def _parse_mix(spec: str) -> dict[str, float]:
+    from omnidraft.models.streams import STREAMS
+
+    mix = {}
+    for part in spec.split(","):
+        name, _, w = part.partition("=")
+        try:
+            mix[name.strip()] = float(w or 1)
+        except ValueError:
+            raise InvalidArgument(f"--mix takes domain=weight pairs such as code=0.5,text=0.5 (got {part!r})") from None
+    bad = [d for d in mix if d not in STREAMS]
+    if bad or any(w <= 0 for w in mix.values()):
+        raise InvalidArgument(f"--mix domains are {', '.join(STREAMS)} with weights > 0 (got {spec!r})")
+    total = sum(mix.values())
+    return {d: w / total for d, w in mix.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from omnidraft.cli import quiet_third_party_logs
+
+    quiet_third_party_logs()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--teacher", required=True, help="a real model name (`omnidraft models list`) or a model folder")
+    ap.add_argument("--drafter", required=True, type=Path, help="the drafter folder whose tokenizer the records use")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--mix", default="code=0.5,text=0.3,math=0.2", help="training domains and their shares")
+    ap.add_argument("--chars", type=int, default=200_000, help="characters of training text to pass (all domains)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--k", type=int, default=PassSpec.k)
+    ap.add_argument("--temperature", type=float, default=PassSpec.temperature)
+    ap.add_argument("--texts-per-shard", type=int, default=PassSpec.texts_per_shard)
+    ap.add_argument("--max-tokens", type=int, default=PassSpec.max_tokens)
+    ap.add_argument("--dtype", default=PassSpec.dtype, choices=DTYPES)
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        if args.chars < 1:
+            raise InvalidArgument(f"--chars must be >= 1 (got {args.chars})")
+        spec = PassSpec(args.k, args.temperature, args.texts_per_shard, args.max_tokens, args.dtype)
+        spec.validate()
+        texts = corpus_texts(_parse_mix(args.mix), args.chars, seed=args.seed)
+        m = teacher_pass(teacher=args.teacher, drafter=args.drafter, texts=texts, out=args.out, spec=spec)
+    except OmnidraftError as exc:
+        print(f"teacher_shards: error: {exc}", file=sys.stderr)
+        return 1
+    s = m["shards"]
+    print(
+        f"{args.out}: {sum(x['records'] for x in s)} records, {sum(x['teacher_tokens'] for x in s):,} teacher tokens, "
+        f"{sum(x['dm_positions'] for x in s):,} direct-map and {sum(x['ngram_positions'] for x in s):,} n-gram positions",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Teacher passes: a target of another vocabulary, run teacher-forced over training text, stored as
+hybrid-loss records in the drafter's positions; a recipe trains on several of them at once, resumes
+bit-identically, and every bad pass (unmappable teacher, corrupted or unfinished shards, another
+drafter's tokenizer, an interrupted pass) is one clear error or a resume."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from test_train_recipe import final_weights
+
+from omnidraft.errors import DataError, InvalidArgument
+from omnidraft.models import teacher_shards as S
+from omnidraft.models import train as T
+
+TEXTS = [
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n",
+    "The river ran past the old mill, and the miller's daughter counted the boats.",
+    "Question: Tom has 12 apples and buys 30 more. How many? Answer: 12 + 30 = 42.",
+    "for i in range(10):\n    if i % 2 == 0:\n        print(i, 'even')\n",
+    "She opened the letter slowly; the words inside were older than the house.",
+]
+SPEC = S.PassSpec(k=8, texts_per_shard=2, max_tokens=96)
+
+
+@pytest.fixture(scope="module")
+def passed(tiny_pair, tmp_path_factory):
+    drafter, target = tiny_pair
+    out = tmp_path_factory.mktemp("pass") / "qwen-like"
+    S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS, out=out, spec=SPEC, progress=False)
+    return out
+
+
+def sha(drafter) -> str:
+    from omnidraft.runtime.tokenizer import load_codec
+
+    return load_codec(drafter).sha256
+
+
+def test_a_stored_position_holds_the_teachers_own_distribution_at_that_text_prefix(tiny_pair, passed):
+    """Independent of the collector: re-run the teacher on the text the drafter row has seen and
+    compare its renormalised top entries over the intersection with what the shard stored."""
+    from omnidraft.export.hf_model import inspect_folder, load_model
+    from omnidraft.runtime.tokenizer import load_codec
+    from omnidraft.runtime.vocab import build_vocab_map
+
+    drafter, target = tiny_pair
+    dc, tc = load_codec(drafter), load_codec(target)
+    vocab = build_vocab_map(dc, tc)
+    ts = S.load_teacher_set(passed, drafter_tokenizer_sha256=dc.sha256)
+    assert len(ts.records) == len(TEXTS) and np.array_equal(ts.inter, vocab.drafter_ids)
+    model = load_model(inspect_folder(target))
+    checked = 0
+    for text, rec in zip(TEXTS[:2], ts.records[:2]):
+        assert len(rec.dm_rows) > 0
+        start = len(dc.start_ids)
+        virtual = len(dc.spell(rec.ids[start:].tolist())) - len(text.encode())  # SentencePiece's leading "▁"
+        t_ids = tc.encode(text)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([list(tc.start_ids) + t_ids])).logits[0]
+        for i, row in enumerate(rec.dm_rows[:6]):
+            prefix = dc.spell(rec.ids[start : row + 1].tolist())[virtual:]
+            label = int(rec.ids[row + 1])
+            j = next(j for j in range(1, len(t_ids)) if tc.spell(t_ids[:j]) == prefix)  # a teacher token boundary
+            row_logits = logits[len(tc.start_ids) + j - 1]
+            logp = torch.log_softmax(row_logits[torch.from_numpy(vocab.target_ids)].double(), -1)
+            top = torch.topk(logp, SPEC.k)
+            assert ts.inter[rec.dm_idx[i, 0]] == vocab.drafter_ids[top.indices[0]]
+            np.testing.assert_allclose(rec.dm_logp[i].astype(np.float64), top.values.numpy(), atol=2e-2, rtol=2e-3)
+            assert vocab.d2t[label] >= 0  # the row's label is directly mapped
+            mass = np.exp(rec.dm_logp[i].astype(np.float64)).sum() + np.exp(rec.dm_tail[i]) * (vocab.size - SPEC.k)
+            assert mass == pytest.approx(1.0, abs=1e-2)
+            checked += 1
+    assert checked >= 6
+
+
+def test_an_interrupted_pass_resumes_to_the_same_shards(tiny_pair, passed, tmp_path, monkeypatch):
+    drafter, target = tiny_pair
+    real, calls = S._records_of, []
+
+    def dies_on_the_second_shard(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(S, "_records_of", dies_on_the_second_shard)
+    out = tmp_path / "p"
+    with pytest.raises(KeyboardInterrupt):
+        S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS, out=out, spec=SPEC, progress=False)
+    assert len(json.loads((out / S.MANIFEST).read_text())["shards"]) == 1
+    with pytest.raises(DataError, match="unfinished"):
+        S.load_teacher_set(out, drafter_tokenizer_sha256=sha(drafter))
+    monkeypatch.setattr(S, "_records_of", real)
+    S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS, out=out, spec=SPEC, progress=False)
+    assert (out / S.MANIFEST).read_text() == (passed / S.MANIFEST).read_text()
+    for f in sorted(passed.glob("shard-*")):
+        assert (out / f.name).read_bytes() == f.read_bytes()
+    with pytest.raises(InvalidArgument, match="another texts_sha256"):
+        S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:3], out=out, spec=SPEC, progress=False)
+
+
+def test_a_corrupted_or_foreign_pass_is_refused_with_the_command_that_rebuilds_it(tiny_pair, passed, tmp_path):
+    drafter, _ = tiny_pair
+    bad = tmp_path / "bad"
+    shutil.copytree(passed, bad)
+    shard = bad / "shard-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-5] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="corrupted.*teacher_shards --teacher"):
+        S.load_teacher_set(bad, drafter_tokenizer_sha256=sha(drafter))
+    with pytest.raises(DataError, match="another drafter tokenizer"):
+        S.load_teacher_set(passed, drafter_tokenizer_sha256="0" * 64)
+    (bad / S.MANIFEST).write_text("{not json")
+    with pytest.raises(DataError, match="not valid JSON"):
+        S.load_teacher_set(bad, drafter_tokenizer_sha256=sha(drafter))
+
+
+def test_a_teacher_whose_tokenizer_cannot_be_mapped_is_refused_before_its_weights_load(tiny_pair, tmp_path):
+    from tokenizers import Tokenizer, models
+
+    drafter, _ = tiny_pair
+    folder = tmp_path / "teacher"
+    folder.mkdir()
+    tok = Tokenizer(models.BPE(vocab={"<a>": 0, "<b>": 1}, merges=[]))
+    tok.add_special_tokens(["<a>", "<b>"])
+    tok.save(str(folder / "tokenizer.json"))  # no weights at all: the refusal comes first
+    with pytest.raises(InvalidArgument, match="shares no token spelling.*cannot be mapped"):
+        S.teacher_pass(teacher=folder, drafter=drafter, texts=TEXTS, out=tmp_path / "o", spec=SPEC, progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_cli_says_what_is_wrong_in_one_line(capsys):
+    assert S.main(["--teacher", "x", "--drafter", "y", "--out", "z", "--mix", "poetry=1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mix domains are code, math, text" in err[0]
+
+
+def cross_recipe(drafter, sets: list, lm_weight: float = 0.5) -> dict:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(str(drafter))
+    return {
+        "name": "cross",
+        "arch": "llama",
+        "tokenizer": str(drafter / "tokenizer.json"),
+        "commit_tokenizer": True,
+        "model": {
+            "vocab_size": cfg.vocab_size,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 256,
+            "tie_word_embeddings": True,
+        },
+        "data": {"mix": {"math": 1.0}, "seq_len": 32, "bos_id": 1, "eos_id": 2, "chars_per_token": 3},
+        "train": {
+            "seed": 5,
+            "steps": 6,
+            "batch_size": 2,
+            "lr": 0.02,
+            "min_lr_ratio": 0.5,
+            "warmup_steps": 1,
+            "weight_decay": 0.0,
+            "grad_clip": 1.0,
+            "checkpoint_every": 2,
+            "threads": 1,
+        },
+        "export": {"dtype": "float32"},
+        "teachers": {"lm_weight": lm_weight, "records_per_step": 2, "seq_len": 96, "sets": sets},
+    }
+
+
+def test_training_on_two_teachers_lowers_their_loss_and_resumes_bit_identically(tiny_pair, passed, tmp_path):
+    from omnidraft.adapt.loss import hybrid_loss, make_batch
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, _ = tiny_pair
+    sets = [{"shards": str(passed), "weight": 1.0}, {"shards": str(passed), "weight": 0.5}]
+    r = cross_recipe(drafter, sets, lm_weight=0.0)
+
+    def teacher_loss(weights) -> float:
+        model = T.build_model(r)
+        if weights is not None:
+            model.load_state_dict(weights, strict=False)  # the tied head is saved once, as the embedding
+        ts = CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0).sets[0]
+        b = make_batch(ts.records, "hybrid", ts.k, seq_len=96)
+        with torch.no_grad():
+            return hybrid_loss(model(input_ids=b.ids).logits, torch.from_numpy(ts.inter), *b.inputs()[1:]).item()
+
+    T.train(r, tmp_path / "a", None, resume=False, quiet=True)
+    assert teacher_loss(final_weights(tmp_path / "a")) < 0.9 * teacher_loss(None)
+    T.train(r, tmp_path / "b", None, resume=False, stop_after=3, quiet=True)
+    T.train(r, tmp_path / "b", None, resume=True, quiet=True)
+    a, b = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    T.train(cross_recipe(drafter, sets[:1]), tmp_path / "c", None, resume=False, quiet=True)
+    c = final_weights(tmp_path / "c")
+    assert not all(torch.equal(a[k], c[k]) for k in a)  # the LM term and teacher weights both reach the weights
+
+
+def test_a_recipe_whose_teacher_pass_was_damaged_fails_before_training(tiny_pair, passed, tmp_path):
+    drafter, _ = tiny_pair
+    bad = tmp_path / "bad"
+    shutil.copytree(passed, bad)
+    (bad / "shard-00000.safetensors").unlink()
+    r = cross_recipe(drafter, [{"shards": str(bad)}])
+    with pytest.raises(DataError, match="shard-00000.safetensors is missing"):
+        T.train(r, tmp_path / "w", None, resume=False, quiet=True)
+    assert not (tmp_path / "w" / "checkpoints").exists()
