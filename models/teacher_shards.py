@@ -46,6 +46,8 @@ class PassSpec:
     texts_per_shard: int = 64
     max_tokens: int = 192  # teacher tokens per forward (longer pieces are cut): ~256 drafter tokens, a recipe row
     dtype: str = "float32"  # the teacher's compute dtype; bfloat16 uses the CPU's bf16 matmuls where it has them
+    generate: int = 0  # > 0: texts are prompts, and the records are the teacher's own greedy answers to them
+    batch: int = 8  # prompts answered at once (a decode step reads the weights once for the whole batch)
 
     def validate(self) -> None:
         if self.k < 1:
@@ -54,6 +56,8 @@ class PassSpec:
             raise InvalidArgument(f"--temperature must be > 0 (got {self.temperature})")
         if self.texts_per_shard < 1 or self.max_tokens < 8:
             raise InvalidArgument("--texts-per-shard must be >= 1 and --max-tokens >= 8")
+        if self.generate < 0 or self.batch < 1:
+            raise InvalidArgument("--generate must be >= 0 and --batch >= 1")
         if self.dtype not in DTYPES:
             raise InvalidArgument(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
 
@@ -97,6 +101,18 @@ def corpus_texts(mix: dict[str, float], chars: int, *, seed: int = 1234) -> list
     return out
 
 
+def stream_prompts(streams: list[str], limit: int, *, teacher: str | Path) -> list[str]:
+    """The first ``limit`` train prompts of each stream, wrapped in the teacher's chat template where
+    it has one (as the runtime wraps them): held-out prompts are never answered."""
+    from omnidraft.models.sources import resolve
+    from omnidraft.models.streams import STREAMS, for_target, load_stream
+
+    bad = [s for s in streams if s not in STREAMS]
+    if bad or limit < 1:
+        raise InvalidArgument(f"--stream takes {', '.join(STREAMS)} and --prompts >= 1 (got {','.join(streams)})")
+    return [p.prompt for s in streams for p in for_target(load_stream(s, "train")[:limit], resolve(teacher))]
+
+
 def _map_teacher(drafter_dir: Path, teacher_dir: Path):
     from omnidraft.runtime.tokenizer import load_codec
     from omnidraft.runtime.vocab import build_vocab_map
@@ -122,6 +138,38 @@ def _prompt_split(codec, ids: list[int]) -> int:
     return len(ids)
 
 
+def _answers(prompts: list[str], model, tc, spec: PassSpec) -> list[tuple[list[int], list[int], np.ndarray]]:
+    """(prompt ids, the teacher's greedy answer, its logits row per answer token) for each prompt,
+    ``spec.batch`` prompts per ``generate`` call (left-padded), each answer cut at its first EOS."""
+    import torch
+    from transformers import GenerationConfig
+
+    out = []
+    pad = min(tc.eos_ids) if tc.eos_ids else 0
+    for b in range(0, len(prompts), spec.batch):
+        ids = [list(tc.start_ids) + tc.encode(p) for p in prompts[b : b + spec.batch]]
+        width = max(map(len, ids))
+        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        # a fresh config: the model's own may carry a repetition penalty, which greedy decoding here has not
+        cfg = GenerationConfig(
+            max_new_tokens=spec.generate,
+            do_sample=False,
+            eos_token_id=sorted(tc.eos_ids) or None,
+            pad_token_id=pad,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        with torch.inference_mode():
+            g = model.generate(input_ids=x, attention_mask=mask, generation_config=cfg)
+        logits = torch.stack(g.logits, 1).float().numpy()
+        for r, prompt_ids in enumerate(ids):
+            answer = g.sequences[r, width:].tolist()
+            stop = next((n for n, t in enumerate(answer) if t in tc.eos_ids), len(answer))
+            out.append((prompt_ids, answer[:stop], logits[r, :stop]))
+    return out
+
+
 def _records_of(texts, model, dc, tc, vocab, spec: PassSpec):
     import torch
 
@@ -130,6 +178,13 @@ def _records_of(texts, model, dc, tc, vocab, spec: PassSpec):
     col = Collector(dc, tc, vocab, k=spec.k, temperature=spec.temperature)
     start = list(tc.start_ids)
     out = []
+    if spec.generate:
+        for prompt, (_, answer, logits) in zip(texts, _answers(texts, model, tc, spec)):
+            if answer:
+                col.start(prompt)  # the loop's own view: the prompt as text, the answer as verified tokens
+                col.on_verified(answer, logits)
+                out.append(col.finish())
+        return out
     for text in texts:
         doc = tc.encode(text)
         for w in range(0, len(doc), spec.max_tokens):  # a long piece is several records, none of it dropped
@@ -356,6 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter", required=True, type=Path, help="the drafter folder whose tokenizer the records use")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--mix", default="code=0.5,text=0.3,math=0.2", help="training domains and their shares")
+    ap.add_argument(
+        "--stream",
+        help="instead of corpus text: this stream's train prompts (as the teacher reads them), answered by the "
+        "teacher itself (--generate tokens each); comma-separated for several",
+    )
+    ap.add_argument("--prompts", type=int, default=64, help="train prompts per --stream")
+    ap.add_argument("--generate", type=int, default=128, help="answer tokens per prompt with --stream")
+    ap.add_argument("--batch", type=int, default=PassSpec.batch, help="prompts answered at once with --stream")
     ap.add_argument("--chars", type=int, default=200_000, help="characters of training text to pass (all domains)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--k", type=int, default=PassSpec.k)
@@ -372,9 +435,13 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.chars < 1:
             raise InvalidArgument(f"--chars must be >= 1 (got {args.chars})")
-        spec = PassSpec(args.k, args.temperature, args.texts_per_shard, args.max_tokens, args.dtype)
+        gen = args.generate if args.stream else 0
+        spec = PassSpec(args.k, args.temperature, args.texts_per_shard, args.max_tokens, args.dtype, gen, args.batch)
         spec.validate()
-        texts = corpus_texts(_parse_mix(args.mix), args.chars, seed=args.seed)
+        if args.stream:
+            texts = stream_prompts(args.stream.split(","), args.prompts, teacher=args.teacher)
+        else:
+            texts = corpus_texts(_parse_mix(args.mix), args.chars, seed=args.seed)
         m = teacher_pass(teacher=args.teacher, drafter=args.drafter, texts=texts, out=args.out, spec=spec)
     except OmnidraftError as exc:
         print(f"teacher_shards: error: {exc}", file=sys.stderr)

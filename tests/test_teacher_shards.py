@@ -213,3 +213,42 @@ def test_a_recipe_whose_teacher_pass_was_damaged_fails_before_training(tiny_pair
     with pytest.raises(DataError, match="shard-00000.safetensors is missing"):
         T.train(r, tmp_path / "w", None, resume=False, quiet=True)
     assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+def test_answers_are_the_teachers_greedy_tokens_whatever_the_batch(tiny_pair):
+    """Prompts of different lengths answered together (left padding) give each prompt the tokens and
+    logits that step-by-step argmax decoding of that prompt alone gives."""
+    from omnidraft.export.hf_model import inspect_folder, load_model
+    from omnidraft.runtime.tokenizer import load_codec
+
+    _, target = tiny_pair
+    tc, model = load_codec(target), load_model(inspect_folder(target))
+    prompts = [TEXTS[0][:20], TEXTS[1], TEXTS[2][:9]]
+    spec = S.PassSpec(generate=6, batch=3)
+    got = S._answers(prompts, model, tc, spec)
+    for prompt, (ids, answer, logits) in zip(prompts, got):
+        seq = list(tc.start_ids) + tc.encode(prompt)
+        assert ids == seq
+        want, rows = [], []
+        for _ in range(6):
+            with torch.no_grad():
+                row = model(input_ids=torch.tensor([seq + want])).logits[0, -1]
+            if int(row.argmax()) in tc.eos_ids:
+                break
+            want.append(int(row.argmax()))
+            rows.append(row.numpy())
+        assert answer == want
+        np.testing.assert_allclose(logits, np.stack(rows), atol=1e-3 * float(np.abs(rows).max()))
+
+
+def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_path):
+    drafter, target = tiny_pair
+    spec = S.PassSpec(k=4, generate=5, batch=2, texts_per_shard=2)
+    m = S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:3], out=tmp_path / "g", spec=spec, progress=False)
+    assert [s["records"] for s in m["shards"]] == [2, 1] and m["spec"]["generate"] == 5
+    assert len(S.load_teacher_set(tmp_path / "g", drafter_tokenizer_sha256=sha(drafter)).records) == 3
+    from omnidraft.export.hf_model import inspect_folder, load_model
+    from omnidraft.runtime.tokenizer import load_codec
+
+    answers = S._answers(TEXTS[:3], load_model(inspect_folder(target)), load_codec(target), spec)
+    assert sum(s["teacher_tokens"] for s in m["shards"]) == sum(len(a) for _, a, _ in answers) > 0
