@@ -326,7 +326,7 @@ def check_memory(recipe: dict[str, Any]) -> None:
         raise InvalidArgument(
             f"recipe {recipe['name']} needs about {need / 2**30:.1f} GiB to train (batch {tr['batch_size']} x "
             f"{d['seq_len']} tokens) and this machine has {free / 2**30:.1f} GiB free; lower train.batch_size "
-            "or data.seq_len (or train.head_tokens)"
+            "or data.seq_len (or train.head_tokens, teachers.records_per_step)"
         )
 
 

@@ -252,3 +252,17 @@ def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_
 
     answers = S._answers(TEXTS[:3], load_model(inspect_folder(target)), load_codec(target), spec)
     assert sum(s["teacher_tokens"] for s in m["shards"]) == sum(len(a) for _, a, _ in answers) > 0
+
+
+def test_a_teacher_recipe_too_big_for_memory_is_refused_in_one_line(tiny_pair, passed, tmp_path, capsys):
+    drafter, _ = tiny_pair
+    r = cross_recipe(drafter, [{"shards": str(passed)}])
+    small = T.memory_estimate(r)
+    r["teachers"]["records_per_step"] = 10**6
+    assert T.memory_estimate(r) > 100 * small
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(r))
+    assert T.main(["--recipe", str(path), "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs about" in err[0] and "teachers.records_per_step" in err[0]
+    assert not (tmp_path / "out").exists()
