@@ -1,15 +1,20 @@
-"""Teacher shards: a real target's teacher-forced distributions over training text, stored once in
-the drafter's token positions, so a drafter recipe learns from several targets without loading them.
+"""Teacher shards: a real target's distributions over training text or its own answers, stored once
+in the drafter's token positions, so a drafter recipe learns from several targets without loading them.
 
     python -m omnidraft.models.teacher_shards --teacher qwen2.5-coder-0.5b-instruct \\
         --drafter models/bundled/drafter --mix code=1 --chars 200000 --out DIR
 
-A teacher pass reads the recipe corpora's training pieces (held-out documents excluded), runs the
-teacher over each piece once (teacher forcing, no generation) and turns its logits into the records
-the online adapter trains on (``adapt.buffer.Collector``): directly-mapped positions with the
-teacher's top-K log-probabilities over the vocabulary intersection, and n-gram / split positions.
-So offline distillation and online adaptation share one loss (the paper's hybrid loss, through this
-teacher's direct map and n-grams) and one record layout.
+    python -m omnidraft.models.teacher_shards --teacher qwen2.5-coder-0.5b-instruct \\
+        --drafter models/bundled/drafter --stream code --prompts 256 --generate 128 --out DIR
+
+A teacher pass turns a target's logits into the records the online adapter trains on
+(``adapt.buffer.Collector``): directly-mapped positions with the teacher's top-K log-probabilities
+over the vocabulary intersection, and n-gram / split positions. So offline distillation and online
+adaptation share one loss (the paper's hybrid loss, through this teacher's direct map and n-grams)
+and one record layout. The text comes from the recipe corpora's training pieces (held-out documents
+excluded, teacher forcing) or, with ``--stream``, from the teacher's own greedy answers to a stream's
+train prompts, wrapped as the runtime wraps them: what the drafter is verified against is what the
+target writes, and an instruct target's answers are not the corpus.
 
 ``DIR`` holds ``teacher.json`` (teacher, both tokenizers' digests, K, temperature, and one entry per
 shard with its sha256), ``vocab.safetensors`` (the intersection's drafter ids, which the records'
@@ -162,11 +167,12 @@ def _answers(prompts: list[str], model, tc, spec: PassSpec) -> list[tuple[list[i
         )
         with torch.inference_mode():
             g = model.generate(input_ids=x, attention_mask=mask, generation_config=cfg)
-        logits = torch.stack(g.logits, 1).float().numpy()
         for r, prompt_ids in enumerate(ids):
             answer = g.sequences[r, width:].tolist()
             stop = next((n for n, t in enumerate(answer) if t in tc.eos_ids), len(answer))
-            out.append((prompt_ids, answer[:stop], logits[r, :stop]))
+            # row by row: one float32 copy of the whole batch's logits is gigabytes at a 262k vocabulary
+            rows = torch.stack([step[r] for step in g.logits[:stop]]).float().numpy() if stop else np.zeros((0, 0))
+            out.append((prompt_ids, answer[:stop], rows))
     return out
 
 
