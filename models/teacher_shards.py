@@ -81,6 +81,18 @@ class TeacherSet:
         return sum(len(r.dm_rows) + len(r.ng_rows) for r in self.records)
 
 
+def shards_dir(spec: str | Path) -> Path:
+    """A recipe's ``shards`` entry as a folder: ``cache:NAME`` is ``NAME`` under the project cache's
+    ``teachers/`` ($OMNIDRAFT_CACHE or ~/.cache/omnidraft), so a committed recipe names passes that
+    each machine builds for itself; anything else is a path."""
+    text = str(spec)
+    if text.startswith("cache:"):
+        from omnidraft.models.data import cache_dir
+
+        return cache_dir().parent / "teachers" / text.removeprefix("cache:")
+    return Path(text)
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -288,7 +300,7 @@ def teacher_pass(
     spec.validate()
     if not texts:
         raise InvalidArgument("the teacher pass got no text; raise --chars or check the --mix domains")
-    out, drafter_dir, teacher_dir = Path(out), Path(drafter), resolve(teacher)
+    out, drafter_dir, teacher_dir = shards_dir(out), Path(drafter), resolve(teacher)
     dc, tc, vocab = _map_teacher(drafter_dir, teacher_dir)  # an unmappable teacher fails before its weights load
     ident = {
         "format": FORMAT,
@@ -366,7 +378,7 @@ def load_teacher_set(folder: str | Path, *, drafter_tokenizer_sha256: str) -> Te
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    folder = Path(folder)
+    folder = shards_dir(folder)
     m = read_manifest(folder)
     if m["drafter_tokenizer_sha256"] != drafter_tokenizer_sha256:
         raise DataError(
@@ -415,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--teacher", required=True, help="a real model name (`omnidraft models list`) or a model folder")
     ap.add_argument("--drafter", required=True, type=Path, help="the drafter folder whose tokenizer the records use")
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", required=True, help="the pass's folder; cache:NAME puts it in the project cache")
     ap.add_argument("--mix", default="code=0.5,text=0.3,math=0.2", help="training domains and their shares")
     ap.add_argument(
         "--stream",
@@ -454,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     s = m["shards"]
     print(
-        f"{args.out}: {sum(x['records'] for x in s)} records, {sum(x['teacher_tokens'] for x in s):,} teacher tokens, "
+        f"{shards_dir(args.out)}: {sum(x['records'] for x in s)} records, {sum(x['teacher_tokens'] for x in s):,} teacher tokens, "
         f"{sum(x['dm_positions'] for x in s):,} direct-map and {sum(x['ngram_positions'] for x in s):,} n-gram positions",
         file=sys.stderr,
     )

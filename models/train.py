@@ -303,8 +303,10 @@ def memory_estimate(recipe: dict[str, Any]) -> int:
     if "teachers" in recipe:
         t = recipe["teachers"]
         need += t.get("records_per_step", 8) * t.get("seq_len", 256) * m["vocab_size"] * 4 * 6
+        from .teacher_shards import shards_dir
+
         for s in t.get("sets", ()):  # records are held in memory, about twice their stored size
-            need += 2 * sum(f.stat().st_size for f in Path(s["shards"]).glob("shard-*.safetensors"))
+            need += 2 * sum(f.stat().st_size for f in shards_dir(s["shards"]).glob("shard-*.safetensors"))
     return need + 2**30
 
 

@@ -241,12 +241,14 @@ def test_answers_are_the_teachers_greedy_tokens_whatever_the_batch(tiny_pair):
         np.testing.assert_allclose(logits, np.stack(rows), atol=1e-3 * float(np.abs(rows).max()))
 
 
-def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_path):
+def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_path, monkeypatch):
     drafter, target = tiny_pair
+    monkeypatch.setenv("OMNIDRAFT_CACHE", str(tmp_path))  # cache:NAME is a pass in the project cache
     spec = S.PassSpec(k=4, generate=5, batch=2, texts_per_shard=2)
-    m = S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:3], out=tmp_path / "g", spec=spec, progress=False)
+    m = S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:3], out="cache:g", spec=spec, progress=False)
     assert [s["records"] for s in m["shards"]] == [2, 1] and m["spec"]["generate"] == 5
-    assert len(S.load_teacher_set(tmp_path / "g", drafter_tokenizer_sha256=sha(drafter)).records) == 3
+    assert (tmp_path / "teachers" / "g" / S.MANIFEST).is_file()
+    assert len(S.load_teacher_set("cache:g", drafter_tokenizer_sha256=sha(drafter)).records) == 3
     from omnidraft.export.hf_model import inspect_folder, load_model
     from omnidraft.runtime.tokenizer import load_codec
 
@@ -266,3 +268,12 @@ def test_a_teacher_recipe_too_big_for_memory_is_refused_in_one_line(tiny_pair, p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs about" in err[0] and "teachers.records_per_step" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_committed_teacher_recipe_starts_from_the_bundled_drafter_and_names_cache_passes():
+    r = T.load_recipe("drafter-teachers")
+    bundled = T.load_recipe("drafter")
+    assert r["model"] == bundled["model"] and r["tokenizer"] == bundled["tokenizer"]
+    assert r["init"]["model"] == "models/bundled/drafter" and r["init"]["layers"] == [0, 1]
+    sets = r["teachers"]["sets"]
+    assert len(sets) == 2 and all(s["shards"].startswith("cache:") for s in sets)
