@@ -117,7 +117,7 @@ def test_lr_schedule_warms_up_and_decays():
 
 
 def test_unknown_recipe_lists_valid_ones():
-    with pytest.raises(InvalidArgument, match="drafter, drafter-v2, target"):
+    with pytest.raises(InvalidArgument, match="use one of drafter, drafter-teachers, drafter-v2, target or a path"):
         T.load_recipe("nope")
 
 
