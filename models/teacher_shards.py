@@ -35,6 +35,7 @@ import numpy as np
 
 from omnidraft.atomic import atomic_path, write_json
 from omnidraft.errors import DataError, InvalidArgument, OmnidraftError
+from omnidraft.runtime.manifest import sha256_file
 
 FORMAT = 1
 MANIFEST = "teacher.json"
@@ -91,14 +92,6 @@ def shards_dir(spec: str | Path) -> Path:
 
         return cache_dir().parent / "teachers" / text.removeprefix("cache:")
     return Path(text)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def texts_digest(texts: list[str]) -> str:
@@ -345,7 +338,7 @@ def teacher_pass(
         manifest["shards"].append(
             {
                 "file": name if records else None,
-                "sha256": _sha256(out / name) if records else None,
+                "sha256": sha256_file(out / name) if records else None,
                 "records": len(records),
                 "drafter_tokens": sum(len(r.ids) for r in records),
                 "teacher_tokens": sum(r.target_tokens for r in records),
@@ -396,7 +389,7 @@ def load_teacher_set(folder: str | Path, *, drafter_tokenizer_sha256: str) -> Te
         if s["file"] is None:
             continue
         path = folder / s["file"]
-        if not path.is_file() or _sha256(path) != s["sha256"]:
+        if not path.is_file() or sha256_file(path) != s["sha256"]:
             what = "is missing" if not path.is_file() else "is corrupted (its sha256 differs from the manifest's)"
             raise DataError(f"teacher shard {path} {what}; {_rebuild_hint(m, folder)}")
         records.extend(_load_shard(path, m["spec"]["k"]))
