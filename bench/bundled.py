@@ -13,7 +13,7 @@ from omnidraft.models.gguf_tokenizers import cache_dir
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
 ROLES = ("drafter", "target")
 # Bump when the exporters change what they produce for the same inputs, so cached exports are rebuilt.
-EXPORT_REVISION = 6
+EXPORT_REVISION = 7
 # Drafter exports keep their 4,096 most frequent tokens (export/draft_vocab.py) where the folder
 # ranks them (token_counts.json): the LM head is a large share of a small drafter's step, and 4,096
 # tokens still cover over 90 % of the streams' held-out text.

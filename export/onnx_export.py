@@ -152,11 +152,18 @@ def build_onnx(
     fp32_fig = parity.gate(fp32_steps, fp32_ref, fp32_ref, "fp32", "the fp32 ONNX graph", threshold)
     if head is not None:
         fp32_fig["accept_head"] = parity.gate_accept(fp32_backend, sched, model, head, True, "the fp32 ONNX graph")
+
+    def reopen(path: Path):  # a graph that may be a target gets its row splits (parity.find_row_splits)
+        if vocab is not None:
+            return None
+        return lambda splits: OrtBackend(path.parent, replace(prov, artifact_file=path.name, row_splits=splits))
+
     if quant == "fp32":
-        fp32_fig["batch_invariance"] = parity.gate_batch_invariance(
-            fp32_backend, sched, max_seq_len, "the fp32 ONNX graph"
+        inv = parity.gate_batch_invariance(
+            fp32_backend, sched, max_seq_len, "the fp32 ONNX graph", reopen=reopen(fp32_path)
         )
-        return parity.Built(inputs, outputs, fp32_fig, EXPORTER)
+        fp32_fig["batch_invariance"] = inv
+        return parity.Built(inputs, outputs, fp32_fig, EXPORTER, row_splits=inv.get("row_splits", []))
     ort_quantize(fp32_path, artifact, quant)
     fp32_path.unlink()
     q_backend = OrtBackend(artifact.parent, replace(prov, artifact_file=artifact.name))
@@ -166,7 +173,9 @@ def build_onnx(
     ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
     fig = parity.gate(steps, ref, fp32_ref, quant, f"the {quant} ONNX graph", quality.parity_bar(qual, threshold))
     fig["fp32_graph_max_abs_diff"] = fp32_fig["max_abs_diff"]
-    fig["batch_invariance"] = parity.gate_batch_invariance(q_backend, sched, max_seq_len, f"the {quant} ONNX graph")
+    fig["batch_invariance"] = parity.gate_batch_invariance(
+        q_backend, sched, max_seq_len, f"the {quant} ONNX graph", reopen=reopen(artifact)
+    )
     if qual is not None:
         quality.check(qual, f"the {quant} ONNX graph")
         fig["quality"] = qual
@@ -174,7 +183,7 @@ def build_onnx(
         fig["accept_head"] = parity.gate_accept(
             q_backend, sched, ref_model, _head_reference(head, quant), False, f"the {quant} ONNX graph"
         )
-    return parity.Built(inputs, outputs, fig, EXPORTER)
+    return parity.Built(inputs, outputs, fig, EXPORTER, row_splits=fig["batch_invariance"].get("row_splits", []))
 
 
 def _head_reference(head: torch.nn.Module, quant: str) -> torch.nn.Module:

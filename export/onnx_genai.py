@@ -331,7 +331,13 @@ def build_genai(
         )
     what = f"the {quant} onnxruntime-genai graph"
     fig["batch_invariance"] = (
-        parity.gate_batch_invariance(backend, sched, max_seq_len, f"{what} (decode padded)")
+        parity.gate_batch_invariance(
+            backend,
+            sched,
+            max_seq_len,
+            f"{what} (decode padded)",
+            reopen=lambda splits: OrtBackend(artifact.parent, replace(prov, pad_single_row=pad, row_splits=splits)),
+        )
         if pad
         else parity.measure_batch_invariance(backend, sched, max_seq_len)
     )
@@ -342,4 +348,5 @@ def build_genai(
         fig["quality"] = qual
     config = artifact.parent / GENAI_CONFIG
     extra = {GENAI_CONFIG: sha256_file(config)} if pad and config.is_file() else {}
-    return Built(inputs, outputs, fig, EXPORTER, pad_single_row=pad, extra_files=extra)
+    splits = fig["batch_invariance"].get("row_splits", [])
+    return Built(inputs, outputs, fig, EXPORTER, pad_single_row=pad, row_splits=splits, extra_files=extra)

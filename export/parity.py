@@ -150,6 +150,7 @@ class Built:
     exporter: str
     skipped_layers: list[str] = field(default_factory=list)
     pad_single_row: bool = False  # the runtime feeds one-token calls twice (export/onnx_genai.py)
+    row_splits: list[int] = field(default_factory=list)  # where the runtime cuts calls (find_row_splits)
     device_info: dict = field(default_factory=dict)  # an accelerator artifact's target (runtime/manifest.py)
     extra_files: dict = field(default_factory=dict)  # name -> sha256 of files beside the artifact
 
@@ -227,22 +228,39 @@ VERIFY_DECODE_MAX_ABS_DIFF = 1e-3
 VERIFY_WINDOWS = (2, 3, 4, 5, 6, 8, 4, 3, 2, 5, 7, 4)  # verify sizes, laid end to end after the prefill
 
 
-def measure_batch_invariance(backend, sched: Schedule, max_seq_len: int) -> dict:
-    """Verify windows of several sizes at successive positions, each against as many 1-token calls
-    from the same cache; the worst logit difference."""
+def _invariance_ids(sched: Schedule, max_seq_len: int) -> list[int]:
     text = sched.tokens_a + sched.tokens_b
-    ids = (text * (max_seq_len // len(text) + 1))[:max_seq_len]
+    return (text * (max_seq_len // len(text) + 1))[:max_seq_len]
+
+
+def _window_diff(backend, ids: list[int], pos: int, m: int) -> float:
+    """Rows ``pos..pos+m`` verified in one call against as many 1-token calls from the same cache
+    (the cache ends at ``pos`` + ``m``, written by the 1-token calls)."""
+    together = backend.forward(ids[pos : pos + m], pos)
+    backend.rollback(pos)
+    alone = np.stack([backend.forward([t], pos + i)[0] for i, t in enumerate(ids[pos : pos + m])])
+    return float(np.abs(together - alone).max())
+
+
+def measure_batch_invariance(backend, sched: Schedule, max_seq_len: int, across: tuple[int, ...] = ()) -> dict:
+    """Verify windows of several sizes at successive positions, then one window across each of
+    ``across`` (the backend's row splits), each against as many 1-token calls from the same cache;
+    the worst logit difference."""
+    ids = _invariance_ids(sched, max_seq_len)
     pos, worst, rows = min(8, sched.prefill), 0.0, 0
     backend.reset()
     backend.forward(ids[:pos], 0)
     for m in VERIFY_WINDOWS:
         if pos + m > len(ids):
             break
-        together = backend.forward(ids[pos : pos + m], pos)
-        backend.rollback(pos)
-        alone = np.stack([backend.forward([t], pos + i)[0] for i, t in enumerate(ids[pos : pos + m])])
-        worst = max(worst, float(np.abs(together - alone).max()))
+        worst = max(worst, _window_diff(backend, ids, pos, m))
         pos, rows = pos + m, rows + m
+    for c in across:
+        start, m = max(1, c - 3), min(6, len(ids) - max(1, c - 3))
+        backend.reset()
+        backend.forward(ids[:start], 0)
+        worst = max(worst, _window_diff(backend, ids, start, m))
+        rows += m
     backend.reset()
     return {
         "verify_vs_decode_max_abs_diff": worst,
@@ -252,9 +270,46 @@ def measure_batch_invariance(backend, sched: Schedule, max_seq_len: int) -> dict
     }
 
 
-def gate_batch_invariance(backend, sched: Schedule, max_seq_len: int, what: str) -> dict:
-    """measure_batch_invariance, raising ExportError past VERIFY_DECODE_MAX_ABS_DIFF."""
-    fig = measure_batch_invariance(backend, sched, max_seq_len)
+# Row splits. A kernel may compute a row differently once the call's total length passes some size,
+# whatever the row: onnxruntime's GEMM (MLAS) in GroupQueryAttention takes the head dimension in one
+# pass while the keys number at most 64 and in two above that when heads are wider than 128 (Gemma 3,
+# head_dim 256), so a verify call that ends past position 64 gives rows before it other logits than
+# their decode steps did (0.3-1.4 on Gemma 3 270M int8; enough to flip greedy choices). The scan below
+# finds each such size by the call lengths it separates; the runtime then cuts calls there
+# (runtime/backends/ort.py). It covers the first SPLIT_SCAN positions, past every size the GEMM's
+# blocking switches at for heads up to 256 wide.
+SPLIT_SCAN = 160
+
+
+def find_row_splits(backend, sched: Schedule, max_seq_len: int) -> list[int]:
+    """Positions c such that a call holding row c - 1 and row c computes row c - 1 otherwise than
+    its own decode step: for each position p, a call of 2 rows (3 where one-token calls are fed
+    twice, so that the call is one token longer than the padded decode) from p against the decode
+    of p."""
+    width = 3 if backend.manifest.pad_single_row else 2
+    ids = _invariance_ids(sched, max_seq_len)
+    splits: list[int] = []
+    backend.reset()
+    for p in range(min(SPLIT_SCAN, max_seq_len - width)):
+        together = backend.forward(ids[p : p + width], p)[0]
+        backend.rollback(p)
+        alone = backend.forward([ids[p]], p)[0]  # the cache keeps the decode's rows only
+        if not np.abs(together - alone).max() <= VERIFY_DECODE_MAX_ABS_DIFF:
+            splits.append(p + 1)
+    backend.reset()
+    return splits
+
+
+def gate_batch_invariance(backend, sched: Schedule, max_seq_len: int, what: str, *, reopen=None) -> dict:
+    """measure_batch_invariance, raising ExportError past VERIFY_DECODE_MAX_ABS_DIFF. ``reopen``
+    (row splits -> a backend that cuts calls there) lets the gate find the graph's row splits first
+    (find_row_splits) and measure with them; the figures then name them (``row_splits``)."""
+    splits = find_row_splits(backend, sched, max_seq_len) if reopen is not None else []
+    if splits:
+        backend = reopen(splits)
+    fig = measure_batch_invariance(backend, sched, max_seq_len, across=tuple(splits))
+    if reopen is not None:
+        fig["row_splits"] = splits
     if not fig["row_stable"]:
         raise ExportError(
             f"parity gate failed: {what} gives different logits for a token verified in a k-token "

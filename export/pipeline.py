@@ -289,6 +289,7 @@ def export_recipe(recipe: recipes.ExportRecipe, out_dir: str | Path, *, progress
             accept_head=head_meta,
             draft_vocab=vocab.manifest_entry() if vocab is not None else {},
             pad_single_row=built.pad_single_row,
+            row_splits=built.row_splits,
             device=device if delegate == "xnnpack" else delegate,
             device_info=built.device_info,
             extra_files=built.extra_files,

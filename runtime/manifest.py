@@ -55,6 +55,11 @@ class Manifest:
     # The runtime feeds a one-token call as two copies of the token and keeps the first row: with it
     # the graph's rows are the same whatever the call's length (onnxruntime-genai graphs).
     pad_single_row: bool = False
+    # Positions where the runtime cuts a call in two, so that no call holds rows on both sides: some
+    # kernels round a row differently once the call's total length passes a size (onnxruntime's
+    # GEMM in attention with heads wider than 128, export/parity.py find_row_splits). Measured by
+    # the export gate; with them every row has the bits a one-token decode gives it.
+    row_splits: list[int] = field(default_factory=list)
     # Where the artifact runs: "cpu", or an accelerator ("qnn-htp": QNN context binaries for a
     # Qualcomm HTP). device_info says for which chip, with what, and which files each graph is.
     device: str = "cpu"
@@ -130,6 +135,7 @@ def manifest_from_dict(data: dict[str, Any], where: str = MANIFEST_FILE) -> Mani
         accept_head=f.dict("accept_head", default={}),
         draft_vocab=f.dict("draft_vocab", default={}),
         pad_single_row=f.bool("pad_single_row", default=False),
+        row_splits=f.int_list("row_splits", default=[], lo=1),
         device=f.str("device", default="cpu"),
         device_info=f.dict("device_info", default={}),
         extra_files=f.dict("extra_files", default={}),
@@ -147,11 +153,19 @@ def manifest_from_dict(data: dict[str, Any], where: str = MANIFEST_FILE) -> Mani
         size = dv.int("size", lo=1, hi=vocab)
         if len(dv.int_list("kept", lo=0, hi=vocab - 1)) != size:
             raise dv.fail("kept", f"a list of {size} token ids (draft_vocab.size)")
+    if m.row_splits and (m.row_splits != sorted(set(m.row_splits)) or m.row_splits[-1] >= m.max_seq_len):
+        raise f.fail("row_splits", f"increasing positions below max_seq_len ({m.max_seq_len})", m.row_splits)
     if m.parity.get("batch_invariance") is not None:  # older exports have none
         inv = f.sub("parity").sub("batch_invariance")
         row_stable = inv.obj.get("row_stable")
         if row_stable is not None and not isinstance(row_stable, bool):
             raise inv.fail("row_stable", "true, false or null", row_stable)
+        if inv.has("row_splits") and inv.int_list("row_splits") != m.row_splits:
+            raise f.fail(
+                "row_splits",
+                "the splits its row stability was measured with (parity.batch_invariance.row_splits)",
+                m.row_splits,
+            )
         if inv.has("single_row_padded") and inv.bool("single_row_padded") != m.pad_single_row:
             raise f.fail(
                 "pad_single_row",

@@ -278,6 +278,13 @@ FORGED = [
         "field 'pad_single_row' must be what its row stability was measured with",
     ),
     ({"pad_single_row": "yes"}, "field 'pad_single_row' must be true or false"),
+    ({"row_splits": [9, 5]}, "field 'row_splits' must be increasing positions below max_seq_len"),
+    ({"row_splits": [10_000]}, "field 'row_splits' must be increasing positions below max_seq_len"),
+    ({"row_splits": [0]}, "field 'row_splits' must be a list of integers"),
+    (
+        {"row_splits": [5], "parity": {"batch_invariance": {"row_stable": True, "row_splits": []}}},
+        "field 'row_splits' must be the splits its row stability was measured with",
+    ),
     ({"draft_vocab": "x"}, "field 'draft_vocab' must be a JSON object"),
     ({"draft_vocab": {"size": 5, "kept": [1]}}, "field 'draft_vocab.kept' must be a list of 5 token ids"),
     ({"vocab_size": "x"}, "field 'vocab_size' must be an integer in"),

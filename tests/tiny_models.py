@@ -19,9 +19,11 @@ def make_tiny_model(
     layers: int = 2,
     max_pos: int = 512,
     pad_rows: int = 0,
+    head_dim: int = 16,
 ) -> Path:
     """Save a random-weight model whose vocabulary matches ``tokenizer_dir`` (cached if present);
-    ``pad_rows`` widens its embedding past the tokenizer, as real models pad it to a round size."""
+    ``pad_rows`` widens its embedding past the tokenizer, as real models pad it to a round size;
+    ``head_dim`` applies to Gemma 3 (the others take hidden / heads)."""
     folder = Path(folder)
     if (folder / "model.safetensors").is_file():
         return folder
@@ -51,7 +53,7 @@ def make_tiny_model(
 
         # Gemma 3's shape at toy size: one KV head, q/k norms, a sliding window far shorter than the
         # prompts (so windowed layers really drop keys), every sixth layer global.
-        common.update(num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)
+        common.update(num_key_value_heads=1, head_dim=head_dim, query_pre_attn_scalar=head_dim, sliding_window=8)
         common["layer_types"] = ["sliding_attention"] * (layers - 1) + ["full_attention"]
         model = Gemma3ForCausalLM(Gemma3TextConfig(**common))
     else:

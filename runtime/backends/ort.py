@@ -87,6 +87,7 @@ class OrtBackend:
         )
         self._n_past = len(self._past_names)
         self._pad_single_row = manifest.pad_single_row
+        self._row_splits = list(manifest.row_splits)
         self._widen = widen_for(manifest, f"{export_dir}/manifest.json")
         self._empty = np.zeros((1, manifest.num_kv_heads, 0, manifest.head_dim), dtype=np.float32)
         self.reset()
@@ -97,7 +98,25 @@ class OrtBackend:
 
     def _run(self, token_ids: Sequence[int], start_pos: int) -> list[np.ndarray]:
         check_forward_args(self, token_ids, start_pos)
-        ids = list(token_ids)
+        end = start_pos + len(token_ids)
+        cuts = [c for c in self._row_splits if start_pos < c < end]
+        if not cuts:
+            return self._call(list(token_ids), start_pos)
+        # Rows on either side of a split position never share a call (runtime/manifest.py row_splits).
+        parts, lo = [], start_pos
+        for hi in [*cuts, end]:
+            parts.append(self._call(list(token_ids[lo - start_pos : hi - start_pos]), lo))
+            lo = hi
+        out = parts[-1]  # its presents hold the whole cache
+        for i in self._row_outputs(out):
+            out[i] = np.concatenate([p[i] for p in parts], axis=1)
+        return out
+
+    def _row_outputs(self, out: list[np.ndarray]) -> list[int]:
+        """Indices of the outputs with one row per input token: logits (and accept logits)."""
+        return [0, *range(1 + self._n_past, len(out))]
+
+    def _call(self, ids: list[int], start_pos: int) -> list[np.ndarray]:
         # A one-row call runs other kernels than a k-row one; fed twice, it gives the rows a verify
         # call gives (export/onnx_genai.py), and the copy's logits and cache row are dropped.
         pad = self._pad_single_row and len(ids) == 1
@@ -109,10 +128,11 @@ class OrtBackend:
         # Sliced pasts are views; ORT needs contiguous buffers and copies once here.
         feed.update((n, np.ascontiguousarray(p)) for n, p in zip(self._past_names, self._past))
         out = self.session.run(self._out_names, feed)
-        self._len = start_pos + len(token_ids)
+        self._len = start_pos + len(ids) - pad
         self._past = out[1 : 1 + self._n_past]
         if pad:
-            out[0] = out[0][:, :1]
+            for i in self._row_outputs(out):
+                out[i] = out[i][:, :1]
             self._past = [p[:, :, : self._len] for p in self._past]
         return out
 
