@@ -8,26 +8,94 @@ rows: 671 of 992 MiB). ONNX Runtime's GatherBlockQuantized also runs 8-bit block
 build the fp32 table is replaced by 8-bit blocks of 32 on the same grid as ``quantize._fq_block``,
 which the eager reference models exactly.
 
-The two ends of a small model (the embedding it reads and the head it writes through) take
-quantization noise worst: at 4 bits Gemma 3 270M kept 68 % of its fp32 greedy choices on held-out
-text. ``wide_ends`` keeps both at 8 bits under a 4-bit body; the exporter turns it on only where the
-all-4-bit graph fails the quality gate (export/quality.py).
+A small model takes 4-bit noise badly: Gemma 3 270M kept 68 % of its fp32 greedy choices on
+held-out text with every weight at 4 bits. An int4 target therefore climbs ``INT4_LADDER`` one rung
+at a time until the quality gate (export/quality.py) passes: first the two ends (the embedding it
+reads and the head it writes through) at 8 bits, then also the layers llama.cpp's Q4_K_M keeps wider
+(the builder's ``mixed_layers``: the first and last eighth of the layers and every third one between,
+their attention and down projections) with asymmetric blocks of 16, the finer grid a k-quant uses.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 EMBED_GATHER = "/model/embed_tokens/Gather"
 
 
-def builder_options(quant: str, *, wide_ends: bool = False) -> list[str]:
-    """``--extra_options`` for the builder's weight quantization (block 32 is set by the caller)."""
+@dataclass(frozen=True)
+class Int4Scheme:
+    """One rung of the int4 ladder: how the builder quantizes, and what the eager reference mirrors."""
+
+    wide_ends: bool = False  # embedding table and LM head at 8 bits
+    mixed_layers: bool = False  # llama.cpp's quantization-sensitive projections at 8 bits
+    symmetric: bool = True
+    block: int = 32
+
+    def describe(self) -> str:
+        if not self.wide_ends:
+            return "every weight at 4 bits"
+        wide = (
+            "the embedding, LM head and llama.cpp's sensitive layers"
+            if self.mixed_layers
+            else "the embedding and LM head"
+        )
+        grid = "" if self.symmetric else f", asymmetric blocks of {self.block}"
+        return f"{wide} at 8 bits{grid}"
+
+    def to_dict(self) -> dict:
+        return {
+            "wide_ends": self.wide_ends,
+            "mixed_layers": self.mixed_layers,
+            "symmetric": self.symmetric,
+            "block": self.block,
+        }
+
+
+INT4_LADDER = (
+    Int4Scheme(),
+    Int4Scheme(wide_ends=True),
+    Int4Scheme(wide_ends=True, mixed_layers=True, symmetric=False, block=16),
+)
+PLAIN = Int4Scheme()
+
+
+def builder_options(quant: str, scheme: Int4Scheme = PLAIN) -> list[str]:
+    """``--extra_options`` for the builder's weight quantization."""
     if quant == "int8":
-        return ["accuracy_level=4"]
+        return ["block_size=32", "accuracy_level=4"]
+    if quant == "int4" and scheme.wide_ends:
+        wide = "last_matmul:int8" + (",mixed_layers:int8" if scheme.mixed_layers else "")
+        return [
+            f"block_size={scheme.block}",
+            f"is_symmetric={str(scheme.symmetric).lower()}",
+            "op_types_to_quantize=MatMul",
+            f"matmul_mixed_precision={wide}",
+            "algo_config=rtn",
+        ]
     if quant == "int4":
-        if wide_ends:
-            return ["op_types_to_quantize=MatMul", "matmul_mixed_precision=last_matmul:int8", "algo_config=rtn"]
-        return ["op_types_to_quantize=MatMul/Gather"]
-    return []
+        return ["block_size=32", "op_types_to_quantize=MatMul/Gather"]
+    return ["block_size=32"]
+
+
+_LAYER_MATMUL = re.compile(r"^/model/layers\.(\d+)/(attn|mlp)/(\w+)/MatMul")
+_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def layer_bits(model) -> dict[str, int]:
+    """Bits of every quantized decoder-layer MatMul of a built graph, keyed by the transformers
+    Linear it came from (``model.layers.3.self_attn.q_proj``): what the eager reference must mirror."""
+    out = {}
+    for n in model.graph.node:
+        m = _LAYER_MATMUL.match(n.name)
+        if n.op_type != "MatMulNBits" or m is None:
+            continue
+        bits = next((a.i for a in n.attribute if a.name == "bits"), 4)
+        block = "self_attn" if m[2] == "attn" else "mlp"
+        for proj in _FUSED.get(m[3], (m[3],)):
+            out[f"model.layers.{m[1]}.{block}.{proj}"] = bits
+    return out
 
 
 def quantize_embedding(model) -> bool:

@@ -33,7 +33,7 @@ import torch
 from omnidraft.errors import ExportError
 from omnidraft.runtime.manifest import sha256_file
 
-from .genai_weights import builder_options, precision, quantize_embedding
+from .genai_weights import INT4_LADDER, PLAIN, Int4Scheme, builder_options, layer_bits, precision, quantize_embedding
 from .hf_model import ModelInfo
 from .onnx_export import PROTOBUF_LIMIT
 from .parity import Built
@@ -44,11 +44,11 @@ HIDDEN = "hidden_states"
 # our artifact): the bench's ort-genai-target-only peer.
 GENAI_CONFIG = "genai_config.json"
 ACCEPT_OUTPUT = "accept_logits"
-# Our quants -> the builder's precision and options (block 32 everywhere, as export/quantize.py).
+# Our quants -> the builder's precision (its options: genai_weights.builder_options).
 PRECISION = {"fp32": "fp32", "int8": "int8", "int4": "int4"}
 
 
-def _run_builder(folder: Path, quant: str, out: Path, hidden: bool, wide_ends: bool = False) -> Path:
+def _run_builder(folder: Path, quant: str, out: Path, hidden: bool, scheme: Int4Scheme = PLAIN) -> Path:
     import importlib.util
 
     if importlib.util.find_spec("onnxruntime_genai") is None:
@@ -56,10 +56,10 @@ def _run_builder(folder: Path, quant: str, out: Path, hidden: bool, wide_ends: b
             "--onnx-path genai needs onnxruntime-genai (pip install onnxruntime-genai==0.18.0, "
             "as pyproject.toml pins it); or use --onnx-path torch"
         )
-    precision, opts = PRECISION[quant], builder_options(quant, wide_ends=wide_ends)
+    precision, opts = PRECISION[quant], builder_options(quant, scheme)
     # windowed_kv_cache=false: sliding-window layers keep full-length past tensors like every other
     # layer (the attention op still masks to the window), so a rollback is the same slice everywhere.
-    opts = ["hf_token=false", "block_size=32", "windowed_kv_cache=false", *opts]
+    opts = ["hf_token=false", "windowed_kv_cache=false", *opts]
     opts += ["include_hidden_states=true"] if hidden else []
     cmd = [
         sys.executable,
@@ -220,17 +220,18 @@ def export_genai(
     vocab=None,
     head: torch.nn.Module | None = None,
     *,
-    wide_ends: bool = False,
-) -> tuple[list[str], list[str], dict[str, int]]:
+    scheme: Int4Scheme = PLAIN,
+) -> tuple[list[str], list[str], dict[str, int], dict[str, int]]:
     """Build, trim, attach the head and write one self-contained ``path``; return (inputs, outputs,
-    bits of the embedding table and the LM head, genai_weights.precision)."""
+    bits of the embedding table and the LM head (genai_weights.precision), bits of each layer's
+    Linears (genai_weights.layer_bits))."""
     import onnx
 
     with tempfile.TemporaryDirectory(prefix="genai-", dir=path.parent) as tmp:
         work = Path(tmp)
-        built = _run_builder(folder, quant, work, head is not None, wide_ends)
+        built = _run_builder(folder, quant, work, head is not None, scheme)
         model = onnx.load(str(built))  # reads its external data
-        if quant == "int8" or (quant == "int4" and wide_ends):
+        if quant == "int8" or (quant == "int4" and scheme.wide_ends):
             quantize_embedding(model)
         if vocab is not None:
             _trim_lm_head(model, vocab)
@@ -254,7 +255,7 @@ def export_genai(
             f"the builder's graph has inputs {inputs[:3]}… and outputs {outputs[:2]}…, not the "
             "input_ids/attention_mask -> logits signature omnidraft runs; use --onnx-path torch"
         )
-    return inputs, outputs, precision(model)
+    return inputs, outputs, precision(model), layer_bits(model)
 
 
 def build_genai(
@@ -284,10 +285,10 @@ def build_genai(
 
         trim_head(model, "lm_head", vocab)
     pad = vocab is None  # it may be a target
-    # A target's int4 graph keeps its embedding and LM head at 8 bits where 4 fails the quality gate.
-    attempts = (False, True) if quant == "int4" and vocab is None else (False,)
-    for wide_ends in attempts:
-        inputs, outputs, bits = export_genai(info.folder, info, quant, artifact, vocab, head, wide_ends=wide_ends)
+    # A target's int4 graph climbs the ladder (genai_weights.INT4_LADDER) until the quality gate passes.
+    attempts = INT4_LADDER if quant == "int4" and vocab is None else (PLAIN,)
+    for rung, scheme in enumerate(attempts):
+        inputs, outputs, bits, layers = export_genai(info.folder, info, quant, artifact, vocab, head, scheme=scheme)
         on_gate()
         prov = parity.provisional_manifest(
             "onnx",
@@ -301,11 +302,11 @@ def build_genai(
         )
         backend = OrtBackend(artifact.parent, replace(prov, pad_single_row=pad))
         qual = quality.measure_artifact(backend, model, info, max_seq_len) if quant != "fp32" and pad else None
-        if qual is None or quality.passes(qual) or wide_ends == attempts[-1]:
+        if qual is None or quality.passes(qual) or rung == len(attempts) - 1:
             break
         print(
-            f"note: with every weight at 4 bits the graph keeps {qual['top1_vs_fp32']:.1%} of the fp32 model's "
-            f"greedy choices (perplexity x{qual['ppl_ratio']:.3f}); rebuilding with the embedding and LM head at 8 bits",
+            f"note: with {scheme.describe()} the graph keeps {qual['top1_vs_fp32']:.1%} of the fp32 model's "
+            f"greedy choices (perplexity x{qual['ppl_ratio']:.3f}); rebuilding with {attempts[rung + 1].describe()}",
             file=sys.stderr,
         )
     steps = parity.run_artifact(backend, sched)
@@ -319,7 +320,10 @@ def build_genai(
             quant,
             embedding_bits=bits["embedding"] if bits["embedding"] < 32 else 0,
             head_bits=bits["lm_head"] if bits["lm_head"] < 32 else None,
-            grid="rtn" if wide_ends else "ort",  # the builder's RTN quantizer (genai_weights.builder_options)
+            module_bits=layers,
+            grid="rtn" if scheme.wide_ends else "ort",  # the builder's RTN quantizer (genai_weights.builder_options)
+            symmetric=scheme.symmetric,
+            block=scheme.block,
         )
         ref = parity.reference_logits(parity.hf_logits(ref_model), sched)
         bar = quality.parity_bar(qual, threshold)
@@ -343,6 +347,8 @@ def build_genai(
     )
     fig["batch_invariance"]["single_row_padded"] = pad
     fig["weights_bits"] = bits
+    if quant == "int4":
+        fig["int4_scheme"] = {**scheme.to_dict(), "layers_at_8_bits": sorted(n for n, b in layers.items() if b == 8)}
     if qual is not None:
         quality.check(qual, what)
         fig["quality"] = qual

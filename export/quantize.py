@@ -139,15 +139,25 @@ def ort_quantize(src: Path, dst: Path, quant: str) -> None:
         root.setLevel(saved)
 
 
-def _fq_block(w: torch.Tensor, bits: int, block: int = GROUP_SIZE, *, grid: str = "ort") -> torch.Tensor:
-    """Symmetric block quantization along dim 1 in blocks of ``block``. ``grid="ort"``: MatMulNBits /
+def _fq_block(
+    w: torch.Tensor, bits: int, block: int = GROUP_SIZE, *, grid: str = "ort", symmetric: bool = True
+) -> torch.Tensor:
+    """Block quantization along dim 1 in blocks of ``block``. ``grid="ort"``: MatMulNBits /
     GatherBlockQuantized's default quantizer, the signed absolute maximum maps to -2^(bits-1).
     ``grid="rtn"``: the RTN quantizer the builder runs with ``algo_config=rtn`` (neural-compressor's
-    ``quant_tensor``), a step of 2 * max|w| / (2^bits - 1), codes clipped to the signed range."""
+    ``quant_tensor``): symmetric, a step of 2 * max|w| / (2^bits - 1), codes clipped to the signed
+    range; asymmetric (``symmetric=False``), a step of (max - min) / (2^bits - 1) and an unsigned
+    zero point round(-min / step) clipped to the code range."""
     rows, cols = w.shape
     lo = -(1 << (bits - 1))
     pad = (-cols) % block
     wp = torch.nn.functional.pad(w, (0, pad)).reshape(rows, -1, block)
+    if grid == "rtn" and not symmetric:  # float64 as that quantizer computes
+        wp, top = wp.double(), (1 << bits) - 1
+        mn, mx = wp.amin(-1, keepdim=True), wp.amax(-1, keepdim=True)
+        s = torch.where(mx == mn, torch.ones_like(mn), (mx - mn) / top)
+        zp = (-mn / s).round().clamp(0, top)
+        return (((wp / s + zp).round().clamp(0, top) - zp) * s).reshape(rows, -1)[:, :cols].to(w.dtype)
     if grid == "rtn":  # in float64 as that quantizer computes: the block maximum sits on a rounding tie
         wp = wp.double()
         s = wp.abs().amax(-1, keepdim=True) * 2.0 / ((1 << bits) - 1)
@@ -163,22 +173,28 @@ def ort_reference(
     *,
     embedding_bits: int | None = None,
     head_bits: int | None = None,
+    module_bits: dict[str, int] | None = None,
     grid: str = "ort",
+    symmetric: bool = True,
+    block: int = GROUP_SIZE,
 ) -> torch.nn.Module:
     """An eager copy computing what the ORT-quantized graph computes, up to kernel rounding. Linear
-    weights take ``quant``'s bits, the LM head ``head_bits`` (default: the same), the embedding table
-    ``embedding_bits`` (default: 4 for int4, as ``ort_quantize`` does, else left in fp32). ``grid``
-    names the quantizer of the linear weights (``_fq_block``); the embedding is always on ORT's."""
+    weights take ``quant``'s bits, or ``module_bits[name]`` where a graph keeps a layer wider; the LM
+    head ``head_bits`` (default: the same), the embedding table ``embedding_bits`` (default: 4 for
+    int4, as ``ort_quantize`` does, else left in fp32). ``grid``, ``symmetric`` and ``block`` name the
+    quantizer of the linear weights (``_fq_block``); the embedding is always on ORT's."""
     bits = 8 if quant == "int8" else 4
     head_bits = head_bits or bits
+    module_bits = module_bits or {}
     embedding_bits = embedding_bits if embedding_bits is not None else (4 if quant == "int4" else None)
     ref = copy.deepcopy(model)
     untie_lm_head(ref)
     head = ref.get_output_embeddings()
     with torch.no_grad():
-        for m in ref.modules():
+        for name, m in ref.named_modules():
             if isinstance(m, torch.nn.Linear):
-                m.weight.copy_(_fq_block(m.weight, head_bits if m is head else bits, grid=grid))
+                b = head_bits if m is head else module_bits.get(name, bits)
+                m.weight.copy_(_fq_block(m.weight, b, block, grid=grid, symmetric=symmetric))
         if embedding_bits:
             emb = ref.get_input_embeddings()
             emb.weight.copy_(_fq_block(emb.weight, embedding_bits))

@@ -12,6 +12,7 @@ import torch
 from tiny_models import make_tiny_model
 
 from omnidraft.export import quality
+from omnidraft.export.genai_weights import INT4_LADDER
 from omnidraft.export.pipeline import export_model
 from omnidraft.export.quantize import _fq_block, block_quantize_8bit
 
@@ -31,14 +32,18 @@ def test_8bit_codes_dequantize_to_the_reference_grid():
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_the_rtn_grid_is_the_builders_rtn_quantizer(bits):
+@pytest.mark.parametrize("block", [16, 32])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_the_rtn_grid_is_the_builders_rtn_quantizer(bits, block, symmetric):
     from onnxruntime.quantization.neural_compressor.weight_only import quant_tensor
 
     w = np.random.default_rng(bits).normal(size=(6, 96)).astype(np.float32)
     w[0, :32] = 0.0  # an all-zero block keeps scale 1
-    q, scale, zp = quant_tensor(w.copy(), bits, 32, "sym", "int")
-    want = ((q - zp) * scale).reshape(6, 96)
-    got = _fq_block(torch.from_numpy(w), bits, grid="rtn").numpy()
+    w[1, 32:64] = np.abs(w[1, 32:64]) + 0.5  # all positive: the asymmetric zero point clips to 0
+    # The builder's RTN pass asks for unsigned codes when asymmetric (weight_only.rtn_quantize).
+    q, scale, zp = quant_tensor(w.copy(), bits, block, "sym" if symmetric else "asym", "int" if symmetric else "uint")
+    want = ((q - zp.astype(np.float64)) * scale).reshape(6, 96)
+    got = _fq_block(torch.from_numpy(w), bits, block, grid="rtn", symmetric=symmetric).numpy()
     assert np.allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(w).max())
     assert not np.allclose(got, _fq_block(torch.from_numpy(w), bits).numpy())  # the default grid differs
 
@@ -63,8 +68,33 @@ def test_int4_falls_back_to_8bit_ends_where_the_quality_gate_fails(tiny, tmp_pat
     export_model(tiny, "onnx", "int4", 96, tmp_path / "e", progress=False, onnx_path="genai")
     parity = json.loads((tmp_path / "e" / "manifest.json").read_text())["parity"]
     assert parity["weights_bits"] == {"embedding": 8, "lm_head": 8} and len(calls) >= 2
+    assert parity["int4_scheme"] == {**INT4_LADDER[1].to_dict(), "layers_at_8_bits": []}
     assert parity["top1_agreement"] >= 0.9  # the eager reference uses the builder's RTN grid
-    assert "rebuilding with the embedding and LM head at 8 bits" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "rebuilding with the embedding and LM head at 8 bits" in err and "sensitive layers" not in err
+
+
+def test_int4_climbs_to_llama_cpp_mixed_layers_where_8bit_ends_are_not_enough(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def passes(fig, **kw):  # only the last rung "passes"
+        calls.append(fig)
+        return len(calls) >= len(INT4_LADDER)
+
+    # Eight layers: llama.cpp's rule keeps layer 0 (first eighth), 7 (last eighth) and every third, 3 and 6.
+    deep = make_tiny_model(tmp_path / "deep", "qwen2", TOK / "gpt2", seed=7, hidden=64, layers=8, max_pos=128)
+    monkeypatch.setattr(quality, "passes", passes)
+    export_model(deep, "onnx", "int4", 96, tmp_path / "e", progress=False, onnx_path="genai")
+    parity = json.loads((tmp_path / "e" / "manifest.json").read_text())["parity"]
+    scheme = parity["int4_scheme"]
+    assert (scheme["mixed_layers"], scheme["symmetric"], scheme["block"]) == (True, False, 16)
+    wide = {int(n.split(".")[2]) for n in scheme["layers_at_8_bits"]}
+    assert wide == {0, 3, 6, 7}
+    assert {n.rsplit(".", 1)[1] for n in scheme["layers_at_8_bits"]} == {"q_proj", "k_proj", "v_proj", "down_proj"}
+    # The eager reference mirrors every layer's width, the asymmetric grid and the finer blocks.
+    assert parity["top1_agreement"] >= 0.9
+    err = capsys.readouterr().err
+    assert "rebuilding with the embedding, LM head and llama.cpp's sensitive layers at 8 bits" in err
 
 
 def test_torchao_keeps_the_head_at_8_bits_when_asked(tiny):
