@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from omnidraft.atomic import locked
 from omnidraft.bench.export_cache import touch
 from omnidraft.errors import ManifestError, ModelFolderError
 from omnidraft.models.gguf_tokenizers import cache_dir
@@ -88,29 +89,33 @@ def cached_export(
         counts = hashlib.sha256((folder / COUNTS_FILE).read_bytes()).hexdigest()[:8]
         tag += f"-v{draft_vocab}-{counts}"
     out = cache_dir() / "exports" / _folder_digest(folder) / f"{fmt}-{quant}-{max_seq_len}-r{EXPORT_REVISION}{tag}"
-    if (out / "manifest.json").is_file():
-        from omnidraft.runtime.manifest import load_manifest
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # One exporter per model at a time: a second process (a bench beside a demo, a parallel test
+    # worker) waits and then reuses the finished export instead of building the same one again.
+    with locked(out):
+        if (out / "manifest.json").is_file():
+            from omnidraft.runtime.manifest import load_manifest
 
-        try:
-            load_manifest(out)
-            touch(out)  # its last use, for omnidraft cache prune
-            return out
-        except (ManifestError, ModelFolderError):
-            pass  # damaged cache entry: export again
-    from omnidraft.export.pipeline import export_model
+            try:
+                load_manifest(out)
+                touch(out)  # its last use, for omnidraft cache prune
+                return out
+            except (ManifestError, ModelFolderError):
+                pass  # damaged cache entry: export again
+        from omnidraft.export.pipeline import export_model
 
-    export_model(
-        folder,
-        fmt,
-        quant,
-        max_seq_len,
-        out,
-        progress=progress,
-        accept_head=accept_head,
-        draft_vocab=draft_vocab or None,
-        device=device,
-        et_path=et_path,
-    )
+        export_model(
+            folder,
+            fmt,
+            quant,
+            max_seq_len,
+            out,
+            progress=progress,
+            accept_head=accept_head,
+            draft_vocab=draft_vocab or None,
+            device=device,
+            et_path=et_path,
+        )
     return out
 
 

@@ -18,7 +18,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch==2.13.0 is pinned in pyproject: an unpinned torch would pull a multi-GB CUDA build. The fleet
 # extra (Flower) comes too, so the fleet tests run here.
-if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis, flwr" 2>/dev/null \
+if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, xdist, hypothesis, flwr" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.omnidraft-installed ]; then
   echo "[setup] installing Python dependencies (a few minutes the first time)" >&2
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
@@ -26,12 +26,13 @@ if ! .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnx
   # here that folder is the package itself.
   PYTHONWARNINGS="ignore:Editable installation" \
     .venv/bin/python -m pip install -q -e ".[test,fleet]" 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, hypothesis, flwr"
+  .venv/bin/python -c "import omnidraft, torch, executorch, onnxruntime, onnxruntime_genai, gguf, pytest, xdist, hypothesis, flwr"
   touch .venv/.omnidraft-installed
 fi
 
+# Every vocabulary the tests use, converted before they start: parallel test workers then only read them.
 echo "[setup] converting tokenizers (cached in \${OMNIDRAFT_CACHE:-~/.cache/omnidraft})" >&2
-.venv/bin/python -m omnidraft.models.gguf_tokenizers llama-spm gpt-2 qwen2 llama-bpe >&2
+.venv/bin/python -m omnidraft.models.gguf_tokenizers llama-spm gpt-2 qwen2 llama-bpe phi-3 >&2
 echo "[setup] fetching and building the offline data sets (cached)" >&2
 .venv/bin/python -m omnidraft.models.data >&2
 if [ -f models/bundled/drafter/config.json ]; then
