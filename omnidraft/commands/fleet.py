@@ -11,34 +11,52 @@ HELP = "fleet learning on Flower: simulate N devices, or serve / join a real dep
 
 
 def _fleet_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", default="tiny", help="'tiny' (the bundled pair) or DRAFTER,TARGET")
+    from omnidraft.fleet.config import EvalConfig, FleetConfig, LocalConfig, ServerConfig
+
+    fleet, local, server, ev = FleetConfig(), LocalConfig(), ServerConfig(), EvalConfig()  # the defaults, once
+    p.add_argument("--pair", default=fleet.pair, help="'tiny' (the bundled pair) or DRAFTER,TARGET")
     p.add_argument("--streams", default="code,math,text", help="streams the devices' shards are drawn from")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=fleet.rounds)
     p.add_argument("--out", type=Path, required=True, help="folder for fleet.json, fleet.md, fleet.png, global/")
-    p.add_argument("--prompts-per-round", type=int, default=4, help="prompts each device adapts on per round")
-    p.add_argument("--max-new-tokens", type=int, default=24)
-    p.add_argument("--lora-rank", type=int, default=8)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--local-steps", type=int, default=4, help="AdamW steps per local update (local epochs)")
-    p.add_argument("--engine", default="executorch", help="LoRA gradients: executorch (training program) | eager")
-    p.add_argument("--filter", default="probe", help="poisoned-delta filter: probe (server probe set) | krum | none")
-    p.add_argument("--probe-margin", type=float, default=0.05, help="agreement gain that marks a delta as poisoned")
-    p.add_argument("--probe-prompts", type=int, default=8, help="probe prompts per stream (held-back train prompts)")
+    p.add_argument(
+        "--prompts-per-round", type=int, default=local.prompts_per_round, help="prompts each device adapts on per round"
+    )
+    p.add_argument("--max-new-tokens", type=int, default=local.max_new_tokens)
+    p.add_argument("--lora-rank", type=int, default=local.rank)
+    p.add_argument("--lr", type=float, default=local.lr)
+    p.add_argument(
+        "--local-steps", type=int, default=local.local_steps, help="AdamW steps per local update (local epochs)"
+    )
+    p.add_argument("--engine", default=local.engine, help="LoRA gradients: executorch (training program) | eager")
+    p.add_argument(
+        "--filter", default=server.filter, help="poisoned-delta filter: probe (server probe set) | krum | none"
+    )
+    p.add_argument(
+        "--probe-margin", type=float, default=server.probe_margin, help="agreement gain that marks a delta as poisoned"
+    )
+    p.add_argument(
+        "--probe-prompts",
+        type=int,
+        default=server.probe_prompts,
+        help="probe prompts per stream (held-back train prompts)",
+    )
     p.add_argument(
         "--no-server-guard",
         action="store_true",
         help="publish every aggregate (default: only one whose probe-prompt acceptance does not drop)",
     )
-    p.add_argument("--dp-noise", type=float, default=0.0, help="Gaussian noise on the aggregate (relative std)")
-    p.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts per stream")
+    p.add_argument(
+        "--dp-noise", type=float, default=server.dp_noise, help="Gaussian noise on the aggregate (relative std)"
+    )
+    p.add_argument("--eval-prompts", type=int, default=ev.prompts_per_stream, help="held-out prompts per stream")
     p.add_argument(
         "--greedy-check",
         type=int,
-        default=3,
+        default=ev.greedy_check,
         help="held-out prompts per stream decoded target-only and with the final global drafter",
     )
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the devices each round")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=server.timeout_s, help="seconds to wait for the devices each round")
+    p.add_argument("--seed", type=int, default=fleet.seed)
     p.add_argument(
         "--export", default="onnx", help="re-lower the final global drafter: onnx and/or executorch, or none"
     )
