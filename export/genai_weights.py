@@ -13,7 +13,8 @@ held-out text with every weight at 4 bits. An int4 target therefore climbs ``INT
 at a time until the quality gate (export/quality.py) passes: first the two ends (the embedding it
 reads and the head it writes through) at 8 bits, then also the layers llama.cpp's Q4_K_M keeps wider
 (the builder's ``mixed_layers``: the first and last eighth of the layers and every third one between,
-their attention and down projections) with asymmetric blocks of 16, the finer grid a k-quant uses.
+their attention and down projections) with asymmetric blocks of 16: the zero points do most of the
+work (docs/decisions.md, measurement set 16).
 """
 
 from __future__ import annotations
