@@ -61,3 +61,31 @@ def test_shards_are_disjoint_and_unseen_streams_are_the_rest():
     assert not set(a) & set(b) and not set(a) & set(later)
     probe = data.probe_prompts(streams, 2, target)
     assert not set(probe) & set(a + b + later)
+
+
+def test_shards_probe_and_held_out_each_span_every_source_of_a_stream():
+    # A split lists its sources one after another; each draw must mix them, or the server's guard
+    # judges aggregates on other prompts than the held-out set scores.
+    from omnidraft.models.streams import load_stream
+
+    streams = ("code", "text")
+
+    def kind(prompt_id: str) -> str:
+        name = prompt_id.split("/")[1].split(":")[0]
+        return name if name in ("HumanEval", "stdlib", "pydoc") else "literature"
+
+    source = {p.prompt: kind(p.id) for s in streams for sp in ("train", "test") for p in load_stream(s, sp)}
+    shard = [
+        p
+        for i in range(6)
+        for r in (1, 2)
+        for p in data.client_prompts(index=i, clients=6, streams=streams, round_=r, per_round=4, target=None)
+    ]
+    held = data.test_prompts(streams, 12, None)
+    for s, sources in (("code", {"HumanEval", "stdlib"}), ("text", {"literature", "pydoc"})):
+        probe = data.probe_prompts((s,), 16, None)
+        assert {source[p] for p in probe} == sources
+        assert {source[p] for p in held[s]} == sources
+        assert {source[p] for p in shard if source[p] in sources} == sources
+        assert len(set(held[s])) == 12
+    assert data.test_prompts(("math",), 500, None)["math"] == data.test_prompts(("math",), 100, None)["math"]
