@@ -68,15 +68,18 @@ def load_teacher(recipe: dict[str, Any]) -> torch.nn.Module | None:
     return teacher
 
 
-def head_tokens(recipe: dict[str, Any], rows: np.ndarray) -> torch.Tensor | None:
-    """The ``train.head_tokens`` most frequent token ids of the training rows (sorted), or None for
-    the whole vocabulary. A drafter is deployed with its head cut to the same ranking (``export
-    --draft-vocab N`` reads the counts this run writes), so training the cut head is training the
-    deployed model, at a fraction of a 49k-row head's cost."""
+def head_tokens(recipe: dict[str, Any], rows: np.ndarray, extra: np.ndarray | None = None) -> torch.Tensor | None:
+    """The ``train.head_tokens`` most frequent token ids of the training rows (plus ``extra``
+    counts: the tokens a teacher pass trains it to propose), sorted, or None for the whole
+    vocabulary. A drafter is deployed with its head cut to the same ranking (``export --draft-vocab
+    N`` reads the counts this run writes), so training the cut head is training the deployed model,
+    at a fraction of a 32k-49k-row head's cost."""
     n = recipe["train"].get("head_tokens")
     if n is None:
         return None
     counts = np.bincount(np.asarray(rows).ravel(), minlength=recipe["model"]["vocab_size"])
+    if extra is not None:
+        counts = counts + extra
     ids = np.arange(len(counts))
     return torch.from_numpy(np.sort(np.lexsort((ids, -counts))[:n]))
 
@@ -147,13 +150,61 @@ class CrossVocabTeachers:
             out.append(recs[self._perms[(i, epoch)][r]])
         return out
 
-    def loss(self, model: torch.nn.Module, step: int) -> torch.Tensor:
+    def token_counts(self, steps: int, vocab: int) -> np.ndarray:
+        """How often a run of ``steps`` steps asks the drafter to propose each token: the token after
+        every loss row, once per draw of its record (the draws ``_records`` makes)."""
+        counts = np.zeros(vocab, dtype=np.int64)
+        for i, ts in enumerate(self.sets):
+            n, total = len(ts.records), steps * self.per_step
+            times = np.full(n, total // n, dtype=np.int64)
+            times[np.random.default_rng([self.seed, i, total // n]).permutation(n)[: total % n]] += 1
+            for rec, t in zip(ts.records, times):
+                rows = np.concatenate([rec.dm_rows, rec.ng_rows]).astype(np.int64) + 1
+                np.add.at(counts, rec.ids[rows[rows < len(rec.ids)]], t)
+        return counts
+
+    def _cut(
+        self, i: int, kept: torch.Tensor | None, vocab: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Teacher ``i``'s intersection as columns of the (cut) head, the map from intersection
+        index to kept intersection index (-1: not kept) and from drafter id to head column."""
+        inter = torch.from_numpy(self.sets[i].inter)
+        if kept is None:
+            return inter, None, None
+        column = torch.full((vocab,), -1, dtype=torch.long)
+        column[kept] = torch.arange(len(kept))
+        cols = column[inter]
+        keep = cols >= 0
+        to_kept = torch.full((len(inter),), -1, dtype=torch.long)
+        to_kept[keep] = torch.arange(int(keep.sum()))
+        return cols[keep], to_kept, column
+
+    def loss(self, model: torch.nn.Module, step: int, kept: torch.Tensor | None = None) -> torch.Tensor:
+        """The weighted hybrid losses. Only the rows that carry a loss go through the head (most of a
+        record is its prompt and padding), and with a cut head (``kept``, sorted drafter ids) the
+        intersection is restricted to the kept tokens: the drafter as deployed can propose no other,
+        and its q' is renormalised over what is left. A teacher top-K entry outside the head is out
+        of q's support, so it drops out of the KL; an n-gram label outside the head drops its row."""
         from omnidraft.adapt.loss import hybrid_loss, make_batch
 
+        weight = model.get_output_embeddings().weight
+        head = weight if kept is None else weight[kept]
         total = torch.zeros(())
         for i, (ts, w) in enumerate(zip(self.sets, self.weights)):
             b = make_batch(self._records(i, step), "hybrid", ts.k, seq_len=self.seq_len)
-            logits = model(input_ids=b.ids, use_cache=False).logits
-            inter = torch.from_numpy(ts.inter)
-            total = total + w * hybrid_loss(logits, inter, *b.inputs()[1:])
+            rows = (b.dm_mask > 0) | (b.ng_mask > 0)
+            hidden = model.model(input_ids=b.ids).last_hidden_state[rows]
+            dm, idx, logp, tail = b.dm_mask[rows], b.topk_idx[rows], b.topk_logp[rows], b.tail[rows]
+            ng, labels = b.ng_mask[rows], b.labels[rows]
+            inter, to_kept, column = self._cut(i, kept, weight.shape[0])
+            if to_kept is not None:
+                idx = to_kept[idx]
+                logp = torch.where(idx >= 0, logp, tail.unsqueeze(-1))  # its term is q * 0
+                idx = idx.clamp(min=0)
+                labels = column[labels]
+                ng = torch.where(labels >= 0, ng, torch.zeros(()))
+                labels = labels.clamp(min=0)
+            logits = (hidden @ head.T).unsqueeze(0)
+            one = [t.unsqueeze(0) for t in (dm, idx, logp, tail, ng, labels)]
+            total = total + w * hybrid_loss(logits, inter, *one, b.lam)
         return total

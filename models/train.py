@@ -302,7 +302,7 @@ def memory_estimate(recipe: dict[str, Any]) -> int:
         need += (folder / "model.safetensors").stat().st_size + tokens * cfg.hidden_size * 4 * 4
     if "teachers" in recipe:
         t = recipe["teachers"]
-        need += t.get("records_per_step", 8) * t.get("seq_len", 256) * m["vocab_size"] * 4 * 6
+        need += len(t.get("sets", ())) * t.get("records_per_step", 8) * t.get("seq_len", 256) * vocab * 4 * 6
         from .teacher_shards import shards_dir
 
         for s in t.get("sets", ()):  # records are held in memory, about twice their stored size
@@ -363,7 +363,8 @@ def train(
         else None
     )
     lm_weight = recipe.get("teachers", {}).get("lm_weight", 1.0)
-    kept = head_tokens(recipe, rows.numpy())
+    proposed = teachers.token_counts(tr["steps"], recipe["model"]["vocab_size"]) if teachers is not None else None
+    kept = head_tokens(recipe, rows.numpy(), proposed)
     opt = _make_optimizer(model, tr)
     ckpt = work_dir / "checkpoints"
     if not resume and ckpt.exists():
@@ -385,7 +386,7 @@ def train(
         if lm_weight:
             loss = lm_weight * step_loss(model, batch, teacher=teacher, kd=recipe.get("teacher", {}), kept=kept)
         if teachers is not None:
-            loss = loss + teachers.loss(model, step)
+            loss = loss + teachers.loss(model, step, kept)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
         opt.step()
@@ -406,7 +407,7 @@ def train(
             MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR else work_dir / "loss.png",
             f"{recipe['name']} training loss",
         )
-        write_token_counts(recipe, out_dir, rows.numpy())
+        write_token_counts(recipe, out_dir, rows.numpy(), proposed)
         write_json(
             out_dir / "loss_curve.json",
             {
@@ -420,16 +421,26 @@ def train(
     return losses
 
 
-def write_token_counts(recipe: dict[str, Any], out_dir: Path, rows: np.ndarray | None = None) -> Path:
-    """``token_counts.json``: how often each token occurs in the recipe's training rows, the ranking
-    ``omnidraft export --draft-vocab N`` keeps a drafter's N most frequent tokens by."""
+def write_token_counts(
+    recipe: dict[str, Any], out_dir: Path, rows: np.ndarray | None = None, proposed: np.ndarray | None = None
+) -> Path:
+    """``token_counts.json``: how often each token occurs in the recipe's training rows, plus how often
+    its teacher passes ask for it (``CrossVocabTeachers.token_counts``): the ranking ``omnidraft
+    export --draft-vocab N`` keeps a drafter's N most frequent tokens by, and the one a cut head
+    (``train.head_tokens``) is trained on."""
     from omnidraft.export.draft_vocab import COUNTS_FILE, write_counts
 
     tokenizer, tok_path = load_tokenizer(recipe["tokenizer"])
     if rows is None:
         rows = build_rows(recipe, tokenizer)
     counts = np.bincount(np.asarray(rows).ravel(), minlength=recipe["model"]["vocab_size"])
-    write_counts(out_dir, counts, tok_path, f"training rows of recipe {recipe['name']}")
+    if proposed is None and "teachers" in recipe:
+        teachers = CrossVocabTeachers(recipe["teachers"], tokenizer_path=tok_path, seed=recipe["train"]["seed"])
+        proposed = teachers.token_counts(recipe["train"]["steps"], recipe["model"]["vocab_size"])
+    source = f"training rows of recipe {recipe['name']}"
+    if proposed is not None:
+        counts, source = counts + proposed, f"training rows and teacher passes of recipe {recipe['name']}"
+    write_counts(out_dir, counts, tok_path, source)
     return out_dir / COUNTS_FILE
 
 

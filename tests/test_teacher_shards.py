@@ -277,3 +277,67 @@ def test_the_committed_teacher_recipe_starts_from_the_bundled_drafter_and_names_
     assert r["init"]["model"] == "models/bundled/drafter" and r["init"]["layers"] == [0, 1]
     sets = r["teachers"]["sets"]
     assert len(sets) == 2 and all(s["shards"].startswith("cache:") for s in sets)
+
+
+def test_the_training_loss_equals_the_hybrid_loss_and_a_cut_head_renormalises_over_its_tokens(tiny_pair, passed):
+    """The trainer's teacher term sends only loss rows through the head; with every token kept it is
+    the adapter's hybrid loss on the whole batch, and with a cut head it is the KL to the teacher
+    (top-K + tail) over the kept part of the intersection plus the n-gram NLL of the kept labels,
+    computed here from dense distributions."""
+    from omnidraft.adapt.loss import LAMBDA, hybrid_loss, make_batch
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, _ = tiny_pair
+    r = cross_recipe(drafter, [{"shards": str(passed), "weight": 1.0}], lm_weight=0.0)
+    teachers = CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0)
+    model = T.build_model(r)
+    ts = teachers.sets[0]
+    b = make_batch(teachers._records(0, 0), "hybrid", ts.k, seq_len=teachers.seq_len)
+    with torch.no_grad():
+        full = hybrid_loss(model(input_ids=b.ids).logits, torch.from_numpy(ts.inter), *b.inputs()[1:])
+        assert teachers.loss(model, 0).item() == pytest.approx(full.item(), rel=1e-5)
+        vocab = model.config.vocab_size
+        assert teachers.loss(model, 0, torch.arange(vocab)).item() == pytest.approx(full.item(), rel=1e-5)
+
+        # a head of every other token: half the intersection and some n-gram labels fall outside it
+        kept = torch.arange(0, vocab, 2)
+        logits = model(input_ids=b.ids).logits
+        inter = torch.from_numpy(ts.inter)
+        in_head = torch.zeros(vocab, dtype=torch.bool)
+        in_head[kept] = True
+        total, count = 0.0, 0.0
+        for i, j in zip(*torch.nonzero(b.dm_mask > 0, as_tuple=True)):
+            log_p = torch.full((len(inter),), b.tail[i, j].item())
+            log_p[b.topk_idx[i, j]] = b.topk_logp[i, j]
+            s = in_head[inter]
+            log_q = torch.log_softmax(logits[i, j, inter[s]], -1)
+            total += (log_q.exp() * (log_q - log_p[s])).sum().item()
+            count += 1
+        for i, j in zip(*torch.nonzero(b.ng_mask > 0, as_tuple=True)):
+            label = b.labels[i, j].item()
+            if in_head[label]:
+                w = b.ng_mask[i, j].item()
+                total += LAMBDA * w * -torch.log_softmax(logits[i, j, kept], -1)[label // 2].item()
+                count += w
+        assert teachers.loss(model, 0, kept).item() == pytest.approx(total / count, rel=1e-4)
+
+
+def test_the_head_counts_every_token_a_run_asks_the_drafter_to_propose(tiny_pair, passed):
+    """A cut head is ranked by the corpus rows plus the teacher tokens the run trains on: the token
+    after each loss row, once per draw of its record, over a run that ends mid-epoch."""
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, _ = tiny_pair
+    sets = [{"shards": str(passed), "weight": 1.0}, {"shards": str(passed), "weight": 0.5}]
+    teachers = CrossVocabTeachers(
+        cross_recipe(drafter, sets)["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=3
+    )
+    vocab, steps = json.loads((drafter / "config.json").read_text())["vocab_size"], 7
+    want = np.zeros(vocab, dtype=np.int64)
+    for i in range(len(sets)):
+        for step in range(steps):
+            for rec in teachers._records(i, step):
+                rows = np.concatenate([rec.dm_rows, rec.ng_rows]).astype(np.int64) + 1
+                np.add.at(want, rec.ids[rows[rows < len(rec.ids)]], 1)
+    assert steps * teachers.per_step % len(teachers.sets[0].records) != 0  # the run ends mid-epoch
+    assert np.array_equal(teachers.token_counts(steps, vocab), want)
