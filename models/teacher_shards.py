@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -148,13 +149,15 @@ def _prompt_split(codec, ids: list[int]) -> int:
     return len(ids)
 
 
-def _answers(prompts: list[str], model, tc, spec: PassSpec) -> list[tuple[list[int], list[int], np.ndarray]]:
+def _answers(prompts: list[str], model, tc, spec: PassSpec) -> Iterator[tuple[list[int], list[int], np.ndarray]]:
     """(prompt ids, the teacher's greedy answer, its logits row per answer token) for each prompt,
-    ``spec.batch`` prompts per ``generate`` call (left-padded), each answer cut at its first EOS."""
+    ``spec.batch`` prompts per ``generate`` call (left-padded), each answer cut at its first EOS.
+    Yielded one by one: held together, a shard's answers' logits rows are ~8 GiB at Gemma's 262k
+    vocabulary (64 prompts x 128 tokens, float32; a Gemma pass was killed at 14 GiB RSS beside
+    other jobs), and the caller needs only each answer's record."""
     import torch
     from transformers import GenerationConfig
 
-    out = []
     pad = min(tc.eos_ids) if tc.eos_ids else 0
     for b in range(0, len(prompts), spec.batch):
         ids = [list(tc.start_ids) + tc.encode(p) for p in prompts[b : b + spec.batch]]
@@ -177,8 +180,7 @@ def _answers(prompts: list[str], model, tc, spec: PassSpec) -> list[tuple[list[i
             stop = next((n for n, t in enumerate(answer) if t in tc.eos_ids), len(answer))
             # row by row: one float32 copy of the whole batch's logits is gigabytes at a 262k vocabulary
             rows = torch.stack([step[r] for step in g.logits[:stop]]).float().numpy() if stop else np.zeros((0, 0))
-            out.append((prompt_ids, answer[:stop], rows))
-    return out
+            yield prompt_ids, answer[:stop], rows
 
 
 def _records_of(texts, model, dc, tc, vocab, spec: PassSpec):

@@ -225,7 +225,7 @@ def test_answers_are_the_teachers_greedy_tokens_whatever_the_batch(tiny_pair):
     tc, model = load_codec(target), load_model(inspect_folder(target))
     prompts = [TEXTS[0][:20], TEXTS[1], TEXTS[2][:9]]
     spec = S.PassSpec(generate=6, batch=3)
-    got = S._answers(prompts, model, tc, spec)
+    got = list(S._answers(prompts, model, tc, spec))
     for prompt, (ids, answer, logits) in zip(prompts, got):
         seq = list(tc.start_ids) + tc.encode(prompt)
         assert ids == seq
@@ -252,7 +252,7 @@ def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_
     from omnidraft.export.hf_model import inspect_folder, load_model
     from omnidraft.runtime.tokenizer import load_codec
 
-    answers = S._answers(TEXTS[:3], load_model(inspect_folder(target)), load_codec(target), spec)
+    answers = list(S._answers(TEXTS[:3], load_model(inspect_folder(target)), load_codec(target), spec))
     assert sum(s["teacher_tokens"] for s in m["shards"]) == sum(len(a) for _, a, _ in answers) > 0
 
 
