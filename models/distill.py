@@ -6,6 +6,8 @@ deployed with. Used by ``omnidraft.models.train`` when a recipe has ``init``, ``
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
@@ -20,7 +22,9 @@ from omnidraft.errors import InvalidArgument, ModelFolderError
 def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
     """Copies a real model's weights into ``model``: its layers ``init["layers"]`` (in that order)
     become layers 0.., everything outside the layers (embedding, final norm, head) is copied as it
-    is. A pretrained embedding and head are most of what a small drafter cannot learn on a CPU."""
+    is. A pretrained embedding and head are most of what a small drafter cannot learn on a CPU.
+    With ``init["widen"]`` the recipe's model may be wider than the source (hidden size, heads,
+    MLP): the source is embedded so that the wider model computes the same logits (``_widen``)."""
     from omnidraft.models.sources import resolve
 
     folder = resolve(init["model"])
@@ -37,6 +41,8 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
         elif int(m.group(1)) in keep:
             mapped[f"model.layers.{keep[int(m.group(1))]}.{m.group(2)}"] = t
     own = model.state_dict()
+    if init.get("widen"):
+        mapped = _widen(mapped, own, model.config, folder, init["model"])
     wrong = [n for n, t in mapped.items() if n in own and own[n].shape != t.shape]
     missing = [
         n for n in own if n not in mapped and not (n == "lm_head.weight" and "model.embed_tokens.weight" in mapped)
@@ -44,9 +50,50 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
     if wrong or missing:
         raise ModelFolderError(
             f"the recipe's model does not fit the weights of {init['model']} "
-            f"({'shape differs: ' + wrong[0] if wrong else 'missing: ' + missing[0]}); copy its config into the recipe"
+            f"({'shape differs: ' + wrong[0] if wrong else 'missing: ' + missing[0]}); copy its config into the "
+            "recipe, or set init.widen to grow it"
         )
     model.load_state_dict({n: t for n, t in mapped.items() if n in own}, strict=False)
+
+
+# Weights that write into the residual stream (rows: hidden dims) or read new units (columns):
+# outside the source's block they start at zero, so nothing new reaches the old dims or the logits.
+_WRITERS = ("embed_tokens.weight", "o_proj.weight", "down_proj.weight", "lm_head.weight")
+
+
+def _widen(mapped: dict[str, torch.Tensor], own: dict[str, torch.Tensor], config, folder, name: str) -> dict:
+    """The source's weights inside the wider model's, computing the same function at the start:
+    new residual dims are written by nothing (writers zero outside the source block) and so stay 0;
+    readers keep their random init outside the block, so gradients reach the new dims and units
+    from the first step; RMSNorm weights are scaled by sqrt(old/new width), because the zeros in
+    the new dims lower the root mean square by exactly that. Heads keep their width and their
+    kv-group, so old head i still attends with old kv head i."""
+    cfg = json.loads((folder / "config.json").read_text())
+    hd_src = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    group_src = cfg["num_attention_heads"] // cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    group = config.num_attention_heads // config.num_key_value_heads
+    if head_dim != hd_src or group != group_src:
+        raise ModelFolderError(
+            f"cannot widen {name}: the recipe must keep its head width ({hd_src}) and heads per kv head ({group_src})"
+        )
+    scale = math.sqrt(cfg["hidden_size"] / config.hidden_size)
+    out = {}
+    for n, t in mapped.items():
+        if n not in own or own[n].shape == t.shape:
+            out[n] = t
+            continue
+        if any(a < b for a, b in zip(own[n].shape, t.shape, strict=True)):
+            raise ModelFolderError(f"cannot widen {name}: the recipe's {n} is smaller than the source's")
+        block = tuple(slice(0, d) for d in t.shape)
+        if n.endswith("norm.weight"):
+            w = torch.ones_like(own[n])
+            w[block] = t.to(w.dtype) * scale
+        else:
+            w = torch.zeros_like(own[n]) if n.endswith(_WRITERS) else own[n].clone()
+            w[block] = t.to(w.dtype)
+        out[n] = w
+    return out
 
 
 def load_teacher(recipe: dict[str, Any]) -> torch.nn.Module | None:

@@ -12,9 +12,9 @@ from omnidraft.models import distill as D
 from omnidraft.models import train as T
 
 
-def source_folder(tmp_path, layers: int = 3):
+def source_folder(tmp_path, layers: int = 3, **model):
     r = tiny_recipe()
-    r["model"] = r["model"] | {"num_hidden_layers": layers}
+    r["model"] = r["model"] | {"num_hidden_layers": layers} | model
     r["train"] = r["train"] | {"seed": 99}
     folder = tmp_path / "source"
     T.build_model(r).save_pretrained(str(folder))
@@ -46,6 +46,43 @@ def test_warm_start_that_does_not_fit_is_one_clear_error(tmp_path):
     r = warm_recipe(folder)
     r["model"]["intermediate_size"] = 48
     with pytest.raises(ModelFolderError, match="does not fit the weights.*copy its config"):
+        T.build_model(r, warm=True)
+
+
+def wide_recipe(folder) -> dict:
+    r = warm_recipe(folder, layers=(0, 1))
+    r["init"]["widen"] = True
+    r["model"] = r["model"] | {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
+    r["model"]["num_key_value_heads"] = 2
+    r["model"]["rms_norm_eps"] = 1e-12
+    return r
+
+
+def test_a_widened_warm_start_computes_the_source_and_trains_every_new_weight(tmp_path):
+    # RMSNorm's eps is the one thing the scaled norm weights cannot carry over (tiny random weights
+    # make it 0.25 % of the mean square here), so this pair leaves it out to check the rest exactly
+    folder = source_folder(tmp_path, layers=2, rms_norm_eps=1e-12)
+    src = D.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
+    wide = T.build_model(wide_recipe(folder), warm=True)
+    batch = torch.randint(0, 50257, (2, 24), generator=torch.Generator().manual_seed(0))
+    want = src(input_ids=batch).logits
+    got = wide(input_ids=batch).logits
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    # zero writers must not make a saddle: the new dims and units get gradient from the first step
+    wide(input_ids=batch, labels=batch).loss.backward()
+    w = dict(wide.named_parameters())
+    assert w["model.layers.0.mlp.down_proj.weight"].grad[16:].abs().sum() > 0
+    assert w["model.layers.0.self_attn.o_proj.weight"].grad[:, 16:].abs().sum() > 0
+    assert w["model.layers.1.mlp.up_proj.weight"].grad[64 // 2 :].abs().sum() == 0  # their down columns are 0 yet
+    assert w["model.layers.1.mlp.down_proj.weight"].grad[:, 32:].abs().sum() > 0
+
+
+def test_a_widening_that_changes_the_head_width_is_one_clear_error(tmp_path):
+    folder = source_folder(tmp_path, layers=2)
+    r = wide_recipe(folder)
+    r["model"]["num_attention_heads"] = 2  # heads of 16 instead of the source's 8
+    r["model"]["num_key_value_heads"] = 1
+    with pytest.raises(ModelFolderError, match="cannot widen.*head width"):
         T.build_model(r, warm=True)
 
 
