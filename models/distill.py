@@ -56,7 +56,7 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
     model.load_state_dict({n: t for n, t in mapped.items() if n in own}, strict=False)
 
 
-# Weights that write into the residual stream (rows: hidden dims) or read new units (columns):
+# Weights that write into the residual stream (the embedding, o_proj, down_proj), and an untied head:
 # outside the source's block they start at zero, so nothing new reaches the old dims or the logits.
 _WRITERS = ("embed_tokens.weight", "o_proj.weight", "down_proj.weight", "lm_head.weight")
 
