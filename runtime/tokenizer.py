@@ -65,6 +65,8 @@ class TokenCodec:
     sha256: str
     start_ids: tuple[int, ...] = ()  # special ids the tokenizer's template puts before a document (e.g. <s>)
     eos_ids: frozenset[int] = field(default_factory=frozenset)
+    marker_ids: tuple[int, ...] = ()  # byte-fallback ids spelling a literal "▁" (SentencePiece with fallback)
+    special_text: tuple[str, ...] = ()  # what the special tokens look like in text ("<s>")
 
     @property
     def vocab_size(self) -> int:
@@ -103,6 +105,50 @@ class TokenCodec:
             if spelled > len(head):
                 return None
         return None
+
+    def encode_exact(self, text: str, *, continuation: bool) -> list[int] | None:
+        """Tokens spelling exactly the bytes of ``text`` (after a virtual leading space at the start of
+        a document), as :meth:`encode` or :meth:`encode_continuation` would for most text.
+
+        The tokenizer does not spell two things as they are: a special token's text ("<s>" becomes
+        the id 1, which spells nothing) and, under a SentencePiece normalizer that turns spaces into
+        "▁", a literal "▁" (spelled back as a space). Either would shift every byte offset after it.
+        Here the text is cut after the first character of each special token's text, so no piece
+        holds one whole, and a literal "▁" is spelled by its byte-fallback tokens.
+        """
+        pieces = self._literal_pieces(text)
+        if pieces is None:
+            return self.encode_continuation(text) if continuation else self.encode(text)
+        out: list[int] = []
+        for k, piece in enumerate(pieces):
+            if piece is None:
+                out += self.marker_ids
+                continue
+            ids = self.encode(piece) if k == 0 and not continuation else self.encode_continuation(piece)
+            if ids is None:
+                return None
+            out += ids
+        return out
+
+    def _literal_pieces(self, text: str) -> list[str | None] | None:
+        """``text`` cut as :meth:`encode_exact` encodes it (None: a literal "▁"), or None if uncut."""
+        hits = sorted(
+            {i for sp in self.special_text for i in _occurrences(text, sp)}
+            | ({i for i, ch in enumerate(text) if ch == SPM_SPACE} if self.marker_ids else set())
+        )
+        if not hits:
+            return None
+        pieces: list[str | None] = []
+        last = 0
+        for i in hits:
+            if text[i] == SPM_SPACE and self.marker_ids:
+                pieces += [text[last:i], None]
+                last = i + 1
+            else:
+                pieces.append(text[last : i + 1])
+                last = i + 1
+        pieces.append(text[last:])
+        return [p for p in pieces if p != ""]
 
     def spell(self, ids: list[int]) -> bytes:
         tb, n = self.token_bytes, len(self.token_bytes)
@@ -145,6 +191,14 @@ def _token_bytes_table(tok: Tokenizer, spec: dict) -> tuple[list[bytes], set[int
     return table, special, fallback, kind
 
 
+def _occurrences(text: str, sub: str) -> list[int]:
+    out, i = [], text.find(sub)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sub, i + 1)
+    return out
+
+
 def _special_id(tok: Tokenizer, names: tuple[str, ...]) -> int | None:
     for name in names:
         i = tok.token_to_id(name)
@@ -181,6 +235,8 @@ def _load_cached(path: str, mtime_ns: int) -> TokenCodec:
         )
         if i is not None
     }
+    by_byte = {table[i][0]: i for i in fallback}
+    marker = tuple(by_byte.get(b, -1) for b in SPM_SPACE.encode("utf-8")) if kind == "sentencepiece" else ()
     return TokenCodec(
         path=p,
         tokenizer=tok,
@@ -192,6 +248,10 @@ def _load_cached(path: str, mtime_ns: int) -> TokenCodec:
         sha256=hashlib.sha256(raw).hexdigest(),
         start_ids=start,
         eos_ids=frozenset(eos),
+        marker_ids=marker if -1 not in marker else (),
+        special_text=tuple(
+            sorted({t.content for t in tok.get_added_tokens_decoder().values() if t.special and t.content})
+        ),
     )
 
 

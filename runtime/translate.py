@@ -134,7 +134,9 @@ class DrafterContext:
         return starts
 
     def _encode_from_start(self, text: str) -> tuple[list[int], list[int]]:
-        ids = self.codec.encode(text)
+        ids = self.codec.encode_exact(text, continuation=False)
+        if ids is None:  # a piece beside a literal "▁" found no exact encoding: the tokenizer's own
+            ids = self.codec.encode(text)
         spelled, want = self.codec.spell(ids), text.encode("utf-8")
         virtual = 1 if spelled != want and spelled == b" " + want else 0  # SentencePiece's prepended "▁"
         return ids, self._starts(ids, 0, virtual)
@@ -176,7 +178,7 @@ class DrafterContext:
             if w == 0:
                 ids, starts = self._encode_from_start(piece)
                 break
-            ids = self.codec.encode_continuation(piece)
+            ids = self.codec.encode_exact(piece, continuation=True)
             if ids is not None:
                 starts = self._starts(ids, start)
                 break

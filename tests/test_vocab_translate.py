@@ -112,12 +112,13 @@ def test_harvest_aligns_boundaries_and_skips_straddles(pair):
     assert cache.get((1, 2)) == 100 and len(cache) == 1
 
 
-# A literal "▁" (U+2581) is left out: SentencePiece's normalizer makes it one with a space, so the
-# reference tokenizer (and the Android codec that matches it) spells it back as a space and the
-# context's byte offsets after it drift; proposals near it are wrong, output stays exact.
-TEXT = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\u2581"), min_size=1, max_size=60
-)
+# Any character, and often what the tokenizer does not spell as it is: a literal "▁" (U+2581), which
+# SentencePiece's normalizer makes a space, and a special token's text ("<s>" encodes to the id 1).
+TEXT = st.lists(
+    st.one_of(st.characters(blacklist_categories=("Cs",)), st.sampled_from(["\u2581", " ", "a", "\n", "<s>", "</s>"])),
+    min_size=1,
+    max_size=30,
+).map("".join)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -136,3 +137,15 @@ def test_reverse_translation_round_trips_text(spm, prompt, pieces, cut):
     spelled = spm.spell(ctx.tokens)
     assert spelled in (full, b" " + full)  # SentencePiece spells its prepended "▁" as a space
     assert ctx.starts == sorted(ctx.starts)
+
+
+def test_the_drafter_context_spells_literal_markers_and_special_token_text(spm):
+    # The tokenizer spells a literal "▁" as a space and "<s>" as nothing; the context spells both as
+    # they are (the same cut as the Android codec's, pinned by its vectors' "exact" encodings).
+    prompt, pieces = "x\u2581y <s>", [" a\u2581", "\u2581b</s", "> c <s", ">\n\u2581 d"]
+    ctx = DrafterContext(spm, prompt, lookbehind=4)
+    for p in pieces:
+        for tid, a, b in ctx.append(p.encode("utf-8")):
+            assert ctx.text[a:b] == spm.token_bytes[tid][-(b - a) :] if b > a else True
+    assert spm.spell(ctx.tokens) == b" " + (prompt + "".join(pieces)).encode("utf-8")
+    assert 1 not in ctx.tokens and 2 not in ctx.tokens  # no <s> or </s> ids inside the text

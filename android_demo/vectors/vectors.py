@@ -126,6 +126,10 @@ _BASE = [
     "<0x0A>",
     "▁",
     "▁▁",
+    "a▁b ▁ c▁",
+    "▁<s>▁",
+    "<s><s>",
+    "x</s>▁\n▁y",
     "Ġ",
     "ĠĠhello",
     "<<>>",
@@ -281,6 +285,8 @@ def tokenizer_vectors(name: str, path: Path | None = None, seed: int = 8) -> dic
                 "decode_skip": tok.decode(ids, skip_special_tokens=True),
                 "spell_hex": codec.spell(ids).hex(),
                 "continuation": cont,
+                "exact": codec.encode_exact(text, continuation=False),
+                "exact_continuation": codec.encode_exact(text, continuation=True),
             }
         )
     # Decoding arbitrary id runs: split multi-byte characters, lone byte-fallback tokens, specials.

@@ -59,7 +59,8 @@ public final class DrafterContext {
     }
 
     private IntList[] encodeFromStart(String piece) {
-        int[] ids = codec.encode(piece);
+        int[] ids = codec.encodeExact(piece, false);
+        if (ids == null) ids = codec.encode(piece); // a piece beside a literal found no exact encoding
         byte[] spelled = codec.spell(ids), want = Utf8.encode(piece);
         int virtual = 0; // SentencePiece's prepended "▁"
         if (!java.util.Arrays.equals(spelled, want) && spelled.length == want.length + 1 && spelled[0] == ' ') {
@@ -124,7 +125,7 @@ public final class DrafterContext {
                 newStarts = enc[1];
                 break;
             }
-            ids = codec.encodeContinuation(piece);
+            ids = codec.encodeExact(piece, true);
             if (ids != null) {
                 newStarts = startsOf(ids, start, 0);
                 break;

@@ -25,6 +25,8 @@ public final class TokenCodec {
     public final String sha256;
     public final int[] startIds;
     public final Set<Integer> eosIds;
+    private final int[] markerIds; // byte-fallback ids spelling a literal "▁" (SentencePiece with fallback)
+    private final List<String> specialText; // what the special tokens look like in text ("<s>")
 
     private TokenCodec(HfTokenizer tok, String sha256) throws TokenizerException {
         this.tokenizer = tok;
@@ -68,6 +70,20 @@ public final class TokenCodec {
             if (id != null) eos.add(id);
         }
         eosIds = eos;
+        int[] byByte = new int[256];
+        Arrays.fill(byByte, -1);
+        for (int id = 0; id < size; id++) if (byteFallback[id]) byByte[tokenBytes[id][0] & 0xff] = id;
+        byte[] marker = Utf8.encode(SPM_SPACE);
+        int[] m = new int[marker.length];
+        boolean all = !byteLevel;
+        for (int k = 0; k < marker.length; k++) {
+            m[k] = byByte[marker[k] & 0xff];
+            all &= m[k] >= 0;
+        }
+        markerIds = all ? m : new int[0];
+        Set<String> sp = new java.util.TreeSet<String>();
+        for (HfTokenizer.AddedToken t : tok.addedTokens()) if (t.special && !t.content.isEmpty()) sp.add(t.content);
+        specialText = new ArrayList<String>(sp);
     }
 
     public static TokenCodec fromBytes(byte[] raw) throws TokenizerException {
@@ -150,6 +166,60 @@ public final class TokenCodec {
             if (spelled > headLen) return null;
         }
         return null;
+    }
+
+    /**
+     * Tokens spelling exactly the bytes of {@code text} (after a virtual leading space at the start
+     * of a document), as {@link #encode} or {@link #encodeContinuation} would for most text, or null
+     * (mirror of {@code TokenCodec.encode_exact}): the text is cut after the first character of each
+     * special token's text, and a literal "▁" is spelled by its byte-fallback tokens, since the
+     * tokenizer spells neither as it is and every byte offset after one would shift.
+     */
+    public int[] encodeExact(String text, boolean continuation) {
+        List<String> pieces = literalPieces(text);
+        if (pieces == null) return continuation ? encodeContinuation(text) : encode(text);
+        IntList out = new IntList(text.length() + 4);
+        for (int k = 0; k < pieces.size(); k++) {
+            String piece = pieces.get(k);
+            if (piece == null) {
+                out.addAll(markerIds);
+                continue;
+            }
+            int[] ids = k == 0 && !continuation ? encode(piece) : encodeContinuation(piece);
+            if (ids == null) return null;
+            out.addAll(ids);
+        }
+        return out.toArray();
+    }
+
+    /** {@code text} cut as {@link #encodeExact} encodes it (null: a literal "▁"), or null if uncut. */
+    private List<String> literalPieces(String text) {
+        java.util.TreeSet<Integer> hits = new java.util.TreeSet<Integer>();
+        for (String sp : specialText) {
+            for (int i = text.indexOf(sp); i >= 0; i = text.indexOf(sp, i + 1)) hits.add(i);
+        }
+        if (markerIds.length > 0) {
+            for (int i = text.indexOf(SPM_SPACE); i >= 0; i = text.indexOf(SPM_SPACE, i + 1)) hits.add(i);
+        }
+        if (hits.isEmpty()) return null;
+        List<String> pieces = new ArrayList<String>();
+        int last = 0;
+        for (int i : hits) {
+            int next = text.offsetByCodePoints(i, 1);
+            if (markerIds.length > 0 && text.startsWith(SPM_SPACE, i)) {
+                addPiece(pieces, text.substring(last, i));
+                pieces.add(null);
+            } else {
+                addPiece(pieces, text.substring(Math.min(last, next), next));
+            }
+            last = Math.max(last, next);
+        }
+        addPiece(pieces, text.substring(last));
+        return pieces;
+    }
+
+    private static void addPiece(List<String> pieces, String piece) {
+        if (!piece.isEmpty()) pieces.add(piece);
     }
 
     public byte[] spell(int[] ids) {

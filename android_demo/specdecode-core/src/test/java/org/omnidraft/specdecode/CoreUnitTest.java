@@ -191,6 +191,25 @@ public class CoreUnitTest {
     }
 
     @Test
+    public void drafterContextSpellsLiteralMarkersAndSpecialTokenText() {
+        // The tokenizer spells a literal "\u2581" as a space and "<s>" as nothing; the context must
+        // spell both as they are, or every byte offset after them shifts.
+        TokenCodec c = TestFiles.codec("llama-spm");
+        String prompt = "x\u2581y <s>";
+        DrafterContext ctx = new DrafterContext(c, prompt, 4);
+        String[] pieces = {" a\u2581", "\u2581b</s", "> c <s", ">\n\u2581 d"};
+        StringBuilder all = new StringBuilder(prompt);
+        for (String p : pieces) {
+            List<int[]> window = ctx.append(Utf8.encode(p));
+            all.append(p);
+            for (int[] t : window) assertTrue("token spans a position", t[2] >= t[1]);
+        }
+        int[] ids = ctx.ids();
+        byte[] spelled = c.spell(Arrays.copyOfRange(ids, 1, ids.length));
+        assertArrayEquals(Utf8.encode(" " + all), spelled); // the prepended "\u2581" spells a space
+    }
+
+    @Test
     public void autoDraftLengthGrowsAndShrinks() {
         AutoDraftLength a = new AutoDraftLength(4, 1, 8);
         a.update(4, 4);

@@ -119,7 +119,27 @@ public class TokenizerVectorTest {
         report(bad, cs.size(), "continuation encodings");
     }
 
+    private static void checkExact(String name) {
+        Map<String, Object> v = vectors(name);
+        TokenCodec codec = TestFiles.codec(name);
+        List<String> bad = new ArrayList<String>();
+        List<Map<String, Object>> cs = cases(v, "cases");
+        for (Map<String, Object> c : cs) {
+            String text = (String) c.get("text");
+            for (boolean continuation : new boolean[] {false, true}) {
+                int[] got = codec.encodeExact(text, continuation);
+                Object want = c.get(continuation ? "exact_continuation" : "exact");
+                if (want == null ? got != null : got == null || !Arrays.equals(TestFiles.ints(want), got)) {
+                    bad.add(Json.write(text) + (continuation ? " (continuation)" : "") + " want " + want + " got "
+                            + (got == null ? null : Arrays.toString(got)));
+                }
+            }
+        }
+        report(bad, 2 * cs.size(), "exact encodings");
+    }
+
     @Test public void llamaSpmEncodeMatchesPython() { checkEncode("llama-spm"); }
+    @Test public void llamaSpmExactMatchesPython() { checkExact("llama-spm"); }
     @Test public void llamaSpmDecodeMatchesPython() { checkDecode("llama-spm"); }
     @Test public void llamaSpmCodecTableMatchesPython() throws Exception { checkCodec("llama-spm"); }
     @Test public void llamaSpmContinuationMatchesPython() { checkContinuation("llama-spm"); }
@@ -127,4 +147,5 @@ public class TokenizerVectorTest {
     @Test public void gpt2DecodeMatchesPython() { checkDecode("gpt-2"); }
     @Test public void gpt2CodecTableMatchesPython() throws Exception { checkCodec("gpt-2"); }
     @Test public void gpt2ContinuationMatchesPython() { checkContinuation("gpt-2"); }
+    @Test public void gpt2ExactMatchesPython() { checkExact("gpt-2"); }
 }
