@@ -103,39 +103,34 @@ public class TokenizerVectorTest {
         assertEquals("token byte table", v.get("token_bytes_sha256"), TestFiles.hex(h.digest()));
     }
 
-    private static void checkContinuation(String name) {
+    private interface Encoder {
+        int[] encode(TokenCodec codec, String text);
+    }
+
+    /** One encoding of every case against the vectors' {@code field}; null means "no exact encoding". */
+    private static void checkEncodings(String name, String field, Encoder enc) {
         Map<String, Object> v = vectors(name);
         TokenCodec codec = TestFiles.codec(name);
         List<String> bad = new ArrayList<String>();
         List<Map<String, Object>> cs = cases(v, "cases");
         for (Map<String, Object> c : cs) {
             String text = (String) c.get("text");
-            int[] got = codec.encodeContinuation(text);
-            Object want = c.get("continuation");
+            int[] got = enc.encode(codec, text);
+            Object want = c.get(field);
             if (want == null ? got != null : got == null || !Arrays.equals(TestFiles.ints(want), got)) {
                 bad.add(Json.write(text) + " want " + want + " got " + (got == null ? null : Arrays.toString(got)));
             }
         }
-        report(bad, cs.size(), "continuation encodings");
+        report(bad, cs.size(), field + " encodings");
+    }
+
+    private static void checkContinuation(String name) {
+        checkEncodings(name, "continuation", (codec, text) -> codec.encodeContinuation(text));
     }
 
     private static void checkExact(String name) {
-        Map<String, Object> v = vectors(name);
-        TokenCodec codec = TestFiles.codec(name);
-        List<String> bad = new ArrayList<String>();
-        List<Map<String, Object>> cs = cases(v, "cases");
-        for (Map<String, Object> c : cs) {
-            String text = (String) c.get("text");
-            for (boolean continuation : new boolean[] {false, true}) {
-                int[] got = codec.encodeExact(text, continuation);
-                Object want = c.get(continuation ? "exact_continuation" : "exact");
-                if (want == null ? got != null : got == null || !Arrays.equals(TestFiles.ints(want), got)) {
-                    bad.add(Json.write(text) + (continuation ? " (continuation)" : "") + " want " + want + " got "
-                            + (got == null ? null : Arrays.toString(got)));
-                }
-            }
-        }
-        report(bad, 2 * cs.size(), "exact encodings");
+        checkEncodings(name, "exact", (codec, text) -> codec.encodeExact(text, false));
+        checkEncodings(name, "exact_continuation", (codec, text) -> codec.encodeExact(text, true));
     }
 
     @Test public void llamaSpmEncodeMatchesPython() { checkEncode("llama-spm"); }
