@@ -7,11 +7,12 @@ Flower ClientApp) runs the online adaptation pass of ``omnidraft.adapt`` on the 
 own stream (hybrid loss, LoRA gradients from the ExecuTorch training program, drift guard on) and
 replies with its adapter and the number of verified target tokens it learned from. The server
 refuses deltas of another pair, of another layout and with NaN values (one line each, the last good
-adapter stays), drops poisoned deltas (``strategy.py``: leave-one-out on a server-side probe set, or
-Multi-Krum), averages the rest weighted by verified tokens (Flower's FedAvg convention,
-``num-examples``), checks the average on the probe prompts as a device's drift guard checks its
-own update (an aggregate that lowers their acceptance is not published), publishes the result as a new version (``store.py``: atomic, resumable after a
-restart), folds it into the global drafter and optionally re-lowers it with ``omnidraft export``.
+adapter stays), drops poisoned deltas (``strategy.py``: each delta scored alone on a server-side
+probe set, or Multi-Krum), averages the rest weighted by verified tokens (Flower's FedAvg
+convention, ``num-examples``), checks the average on the probe prompts as a device's drift guard
+checks its own update (an aggregate is published only if it beats the published adapter there),
+publishes the result as a new version (``store.py``: atomic, resumable after a restart), folds it
+into the global drafter and optionally re-lowers it with ``omnidraft export``.
 
 **A and B are averaged separately.** The merged update of a layer is s·B·A, and the mean of B_i·A_i
 is not mean(B)·mean(A): the exact mean of N rank-r updates has rank up to N·r and no longer fits the

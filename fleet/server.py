@@ -97,8 +97,9 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
         probe=(lambda a: learner.agreement(a, probe_records)) if probe_records else None,
     )
     guard = cfg.server.guard
-    # The devices' drift guard, lifted to the server: an aggregate whose acceptance on the probe
-    # prompts falls below the published adapter's is not published (the next round tries again).
+    # The devices' drift guard, lifted to the server, and stricter: a published version ships to
+    # every device, so an aggregate must beat the published adapter's acceptance on the probe
+    # prompts to be published; a tie or a drop keeps the published one (the next round tries again).
     held = learner.acceptance(adapter, probe_prompts).acceptance if guard else None
     published = version
     for rnd in range(version + 1, cfg.rounds + 1):
@@ -123,11 +124,11 @@ def serve_rounds(grid, cfg: FleetConfig, out: Path) -> dict:
         elif guard:
             cand = learner.acceptance(outcome.adapter, probe_prompts).acceptance
             guard_row = {"probe_acceptance": round(cand, 4), "previous": round(held, 4)}
-            if cand < held - cfg.server.guard_margin:
+            if cand <= held - cfg.server.guard_margin:
                 guard_row["action"] = "kept-previous"
                 print(
-                    f"fleet: round {rnd}: the aggregate's probe acceptance {cand:.3f} < {held:.3f} - "
-                    f"{cfg.server.guard_margin}; the global adapter stays at version {published}",
+                    f"fleet: round {rnd}: the aggregate's probe acceptance {cand:.4f} does not beat the "
+                    f"published {held:.4f}; the global adapter stays at version {published}",
                     file=sys.stderr,
                 )
                 outcome.adapter = None
@@ -204,6 +205,8 @@ def _client_rows(outcome, replies_expected: int) -> list[dict]:
             "live_acceptance": round(float(r.metrics.get("live-acceptance", 0.0)), 4),
             "rolled_back": bool(r.metrics.get("rolled-back", 0)),
         }
+        if r.client in outcome.probe_alone:
+            row["probe_alone"] = round(outcome.probe_alone[r.client], 4)
         if "local-unseen-acceptance" in r.metrics:
             row["unseen_acceptance"] = round(float(r.metrics["local-unseen-acceptance"]), 4)
         rows.append(row)

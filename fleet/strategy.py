@@ -2,15 +2,22 @@
 
 Each reply is checked in this order, and a refused one is left out of the round with one line:
 its pair identity (a delta trained for another drafter or target), its layout (tensor names and
-shapes), its values (NaN or infinite). The survivors are filtered for poisoning (``probe``:
-leave-one-out on the server's probe set, the delta whose removal raises the aggregate's agreement
-with the target by more than the margin is dropped, repeatedly; ``krum``: Multi-Krum's n - f
-picks), then averaged by verified tokens, A and B separately. No survivor: the round publishes
-nothing and the last good global adapter stays.
+shapes), its values (NaN or infinite). The survivors are filtered for poisoning (``probe``: each
+delta is scored alone on the server's probe set, as Zeno scores updates on a server-side batch, and
+one whose agreement with the target falls more than the margin below both the round's median score
+and the round's starting adapter is dropped; ``krum``: Multi-Krum's n - f picks), then averaged by verified tokens, A and B separately.
+No survivor: the round publishes nothing and the last good global adapter stays.
+
+Scoring each delta alone, not by how much the aggregate gains without it: averaging dilutes one
+delta by its share of the verified tokens, so a leave-one-out gain shrinks with the fleet and with
+the attacker's weight, while a delta that points away from the target scores low alone whatever its
+weight. The median is the honest majority's; an honest delta that moved less than the others still
+scores about where the round started, hence the lower of the two as the reference.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,6 +47,7 @@ class RoundOutcome:
     excluded: dict[int, str]  # client -> reason
     failed: int = 0  # error replies (a client that raised or dropped out mid-round)
     replies: list[Reply] = field(default_factory=list)  # every parsed reply, kept or not
+    probe_alone: dict[int, float] = field(default_factory=dict)  # client -> its delta's own probe agreement
 
 
 def check_reply(reply: Reply, identity: dict, reference: Adapter) -> str | None:
@@ -61,6 +69,7 @@ def aggregate(
     generator: torch.Generator | None = None,
 ) -> RoundOutcome:
     excluded: dict[int, str] = {}
+    scores: dict[int, float] = {}
     ok = []
     for r in replies:
         why = check_reply(r, identity, current)
@@ -75,36 +84,36 @@ def aggregate(
                 excluded[r.client] = "Krum: farthest from the other updates"
         ok = [r for i, r in enumerate(ok) if i in keep]
     elif cfg.filter == "probe" and probe is not None and len(ok) > 1:
-        ok = _probe_filter(ok, probe, cfg.probe_margin, excluded)
+        ok = _probe_filter(ok, probe, current=current, margin=cfg.probe_margin, excluded=excluded, scores=scores)
     if not ok:
-        return RoundOutcome(None, [], excluded, replies=list(replies))
+        return RoundOutcome(None, [], excluded, replies=list(replies), probe_alone=scores)
     avg = fedavg([r.adapter for r in ok], [r.weight for r in ok])
     if cfg.dp_noise > 0:
         avg = add_dp_noise(
             avg, previous=current, std=cfg.dp_noise, generator=generator or torch.Generator().manual_seed(0)
         )
-    return RoundOutcome(avg, ok, excluded, replies=list(replies))
+    return RoundOutcome(avg, ok, excluded, replies=list(replies), probe_alone=scores)
 
 
 def _probe_filter(
-    ok: list[Reply], probe: Callable[[Adapter], float], margin: float, excluded: dict[int, str]
+    ok: list[Reply], probe: Callable[[Adapter], float], *, current: Adapter, margin: float, excluded: dict, scores: dict
 ) -> list[Reply]:
-    """Drop, one at a time, the delta whose removal raises the aggregate's probe agreement most,
-    while that gain exceeds ``margin`` (a poisoned delta drags the whole average down)."""
-    while len(ok) > 1:
-        full = probe(fedavg([r.adapter for r in ok], [r.weight for r in ok]))
-        without = []
-        for i in range(len(ok)):
-            rest = ok[:i] + ok[i + 1 :]
-            without.append(probe(fedavg([r.adapter for r in rest], [r.weight for r in rest])))
-        worst = max(range(len(ok)), key=lambda i: without[i])
-        if without[worst] <= full + margin:
-            break
-        excluded[ok[worst].client] = (
-            f"probe: the aggregate's agreement rises {full:.3f} -> {without[worst]:.3f} without this delta"
-        )
-        ok = ok[:worst] + ok[worst + 1 :]
-    return ok
+    """Drop the deltas whose own probe agreement falls more than ``margin`` below both the round's
+    median and the round's starting adapter: a device whose pass moved little (or rolled back)
+    scores about where the round started, and is kept however far the others moved."""
+    for r in ok:
+        scores[r.client] = probe(r.adapter)
+    ref = min(statistics.median(scores[r.client] for r in ok), probe(current))
+    kept = []
+    for r in ok:
+        if scores[r.client] < ref - margin:
+            excluded[r.client] = (
+                f"probe: its agreement with the target alone is {scores[r.client]:.3f}, "
+                f"more than {margin} below {ref:.3f} (the round's median or starting agreement)"
+            )
+        else:
+            kept.append(r)
+    return kept
 
 
 def _make_strategy_class():

@@ -59,6 +59,8 @@ class FakeGrid:
                 reply.content["identity"] = ConfigRecord(
                     {**dict(reply.content["identity"]), "target_weights": "0" * 64}
                 )
+            elif fault == "echo":  # sends back the global adapter it was given, unchanged
+                reply.content["arrays"] = m.content["arrays"]
             elif fault == "shape":
                 t = {k: v[..., :1].clone() for k, v in arrays.to_torch_state_dict().items()}
                 reply.content["arrays"] = type(arrays)(torch_state_dict=t)
@@ -145,3 +147,14 @@ def test_the_server_guard_keeps_the_published_adapter_when_the_aggregate_drops(t
     assert r["server_guard"]["action"] == "kept-previous" and r["version"] == 0
     assert json.loads((tmp_path / "global" / "latest.json").read_text())["version"] == 0
     assert "the global adapter stays at version 0" in capsys.readouterr().err
+
+
+def test_the_server_guard_does_not_republish_an_aggregate_that_only_ties(tiny_pair, tmp_path, capsys):
+    # Devices that send back what they were given average to the published adapter itself: its probe
+    # acceptance ties, and a tie is not worth a download to every device.
+    cfg = _cfg(tiny_pair, clients=2, server=ServerConfig(filter="none", probe_prompts=1))
+    rep = serve_rounds(FakeGrid(2, {0: "echo", 1: "echo"}), cfg, tmp_path)
+    guard = rep["rounds"][0]["server_guard"]
+    assert guard["probe_acceptance"] == guard["previous"] and guard["action"] == "kept-previous"
+    assert rep["rounds"][0]["version"] == 0
+    assert "does not beat the published" in capsys.readouterr().err

@@ -3,6 +3,8 @@ filter, and every refusal (another pair, wrong shape, NaN) keeping the last good
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 import torch
 
@@ -101,6 +103,44 @@ def test_probe_filter_drops_the_delta_that_lowers_agreement():
     # Without the filter the poisoned delta drags the aggregate below where it started.
     plain = aggregate(replies, identity=IDENT, current=current, cfg=ServerConfig(filter="none"))
     assert probe(plain.adapter) < probe(current)
+
+
+def test_probe_filter_drops_a_poisoned_delta_however_little_weight_it_carries():
+    # Diluted by its small share of verified tokens, the poisoned delta moves the aggregate less than
+    # the margin (a leave-one-out test would keep it), yet alone it scores far below the rest.
+    current, good_dir, honest, poisoned = _poisoned_setup()
+
+    def probe(adapter):
+        return float(torch.sigmoid((adapter[B] * good_dir).sum() / 10))
+
+    replies = [_reply(i, a, weight=10.0) for i, a in enumerate(honest)] + [_reply(5, poisoned, weight=0.2)]
+    with_it = probe(fedavg([r.adapter for r in replies], [r.weight for r in replies]))
+    without = probe(fedavg(honest, [10.0] * len(honest)))
+    assert 0 < without - with_it < ServerConfig().probe_margin
+    out = aggregate(replies, identity=IDENT, current=current, cfg=ServerConfig(filter="probe"), probe=probe)
+    assert sorted(out.excluded) == [5] and "alone" in out.excluded[5]
+    assert out.probe_alone[5] < 0.01 < min(out.probe_alone[i] for i in range(5))
+    assert probe(out.adapter) == pytest.approx(without)
+
+
+def test_probe_filter_keeps_honest_deltas_that_moved_less_than_the_rest():
+    # Honest devices move by different amounts (a rolled-back one not at all): the slow ones score
+    # well below the round's median but not below where the round started, so none is dropped.
+    current, good_dir, _, _ = _poisoned_setup()
+
+    def probe(adapter):
+        return float(torch.sigmoid((adapter[B] * good_dir).sum() / 10))
+
+    honest = [{A: current[A].clone(), B: good_dir * k} for k in (0.0, 0.05, 0.1, 0.15, 0.2)]
+    out = aggregate(
+        [_reply(i, a) for i, a in enumerate(honest)],
+        identity=IDENT,
+        current=current,
+        cfg=ServerConfig(filter="probe"),
+        probe=probe,
+    )
+    assert statistics.median(out.probe_alone.values()) - out.probe_alone[0] > ServerConfig().probe_margin
+    assert out.excluded == {} and len(out.kept) == 5
 
 
 def test_krum_keeps_the_cluster_and_drops_the_outlier():

@@ -32,7 +32,10 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
         "--filter", default=server.filter, help="poisoned-delta filter: probe (server probe set) | krum | none"
     )
     p.add_argument(
-        "--probe-margin", type=float, default=server.probe_margin, help="agreement gain that marks a delta as poisoned"
+        "--probe-margin",
+        type=float,
+        default=server.probe_margin,
+        help="a delta whose probe agreement alone is this far below the round's median is dropped",
     )
     p.add_argument(
         "--probe-prompts",
@@ -43,7 +46,7 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-server-guard",
         action="store_true",
-        help="publish every aggregate (default: only one whose probe-prompt acceptance does not drop)",
+        help="publish every aggregate (default: only one whose probe-prompt acceptance beats the published one's)",
     )
     p.add_argument(
         "--dp-noise", type=float, default=server.dp_noise, help="Gaussian noise on the aggregate (relative std)"
