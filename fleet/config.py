@@ -37,9 +37,8 @@ class ServerConfig:
 
     filter: str = "probe"  # probe: drop a delta that lowers the probe set's agreement; krum: keep Krum's picks
     probe_prompts: int = 16  # per stream, from the train split past every client's shard
-    probe_margin: float = (
-        0.05  # honest deltas alone scored within 0.04 of each other, poisoned ones 0.75 lower (README)
-    )
+    # Honest deltas alone scored within 0.04 of each other in a round, poisoned ones 0.75 lower (README).
+    probe_margin: float = 0.05
     krum_byzantine: int = 1  # f in Krum's score (n - f - 2 nearest neighbours)
     guard: bool = True  # publish an aggregate only if its probe-prompt acceptance beats the published one's
     guard_margin: float = 0.0  # > 0 lets an aggregate through that falls short by less than this
