@@ -132,21 +132,15 @@ class TokenCodec:
 
     def _literal_pieces(self, text: str) -> list[str | None] | None:
         """``text`` cut as :meth:`encode_exact` encodes it (None: a literal "▁"), or None if uncut."""
-        hits = sorted(
-            {i for sp in self.special_text for i in _occurrences(text, sp)}
-            | ({i for i, ch in enumerate(text) if ch == SPM_SPACE} if self.marker_ids else set())
-        )
-        if not hits:
+        hits = {i for sp in self.special_text for i in _occurrences(text, sp)}
+        markers = set(_occurrences(text, SPM_SPACE)) if self.marker_ids else set()
+        if not hits and not markers:
             return None
         pieces: list[str | None] = []
         last = 0
-        for i in hits:
-            if text[i] == SPM_SPACE and self.marker_ids:
-                pieces += [text[last:i], None]
-                last = i + 1
-            else:
-                pieces.append(text[last : i + 1])
-                last = i + 1
+        for i in sorted(hits | markers):
+            pieces += [text[last:i], None] if i in markers else [text[last : i + 1]]
+            last = i + 1
         pieces.append(text[last:])
         return [p for p in pieces if p != ""]
 

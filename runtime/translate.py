@@ -135,8 +135,8 @@ class DrafterContext:
 
     def _encode_from_start(self, text: str) -> tuple[list[int], list[int]]:
         ids = self.codec.encode_exact(text, continuation=False)
-        if ids is None:  # a piece beside a literal "▁" found no exact encoding: the tokenizer's own
-            ids = self.codec.encode(text)
+        if ids is None:  # a piece beside a literal found no exact encoding: the tokenizer's own
+            ids = self.codec.encode(text)  # encoding, whose offsets drift after the literal
         spelled, want = self.codec.spell(ids), text.encode("utf-8")
         virtual = 1 if spelled != want and spelled == b" " + want else 0  # SentencePiece's prepended "▁"
         return ids, self._starts(ids, 0, virtual)

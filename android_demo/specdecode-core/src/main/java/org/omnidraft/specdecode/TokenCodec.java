@@ -210,9 +210,9 @@ public final class TokenCodec {
                 addPiece(pieces, text.substring(last, i));
                 pieces.add(null);
             } else {
-                addPiece(pieces, text.substring(Math.min(last, next), next));
+                addPiece(pieces, text.substring(last, next));
             }
-            last = Math.max(last, next);
+            last = next;
         }
         addPiece(pieces, text.substring(last));
         return pieces;
