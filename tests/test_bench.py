@@ -481,7 +481,8 @@ def test_adaptive_row_controller_is_tuned_on_train_prompts_after_the_pass(pair, 
     from types import SimpleNamespace
 
     from omnidraft.adapt.head import AcceptHead
-    from omnidraft.bench.method_table import Bench, BenchSettings
+    from omnidraft.bench.method_table import Bench
+    from omnidraft.bench.settings import BenchSettings
     from omnidraft.runtime.draft_length.controller import GammaController
 
     d, t = pair

@@ -108,7 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import signal
 
-    from omnidraft.bench.method_table import BenchSettings, run_bench
+    from omnidraft.bench.method_table import run_bench
+    from omnidraft.bench.settings import BenchSettings
 
     # A shell starts background jobs with SIGINT ignored, and Python keeps that; a long bench started
     # with `... &` must still stop on `kill -INT` and write the rows it finished.
