@@ -108,6 +108,8 @@ def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len:
             "engine": ad.trainer.engine,
             "stream_acceptance": round(acc / prop, 4) if prop else None,
             "rollbacks": sum(1 for e in log.events if e.get("action") == "rolled-back"),
+            # per train prompt, as decoded live during the pass: the learning curve (adaptation.png)
+            "per_prompt": {"accepted": list(log.accepted), "proposed": list(log.proposed)},
             "decode_seconds": round(log.decode_seconds, 1),
             "train_seconds": round(log.train_seconds, 1),
             **{k: v for k, v in METHODS[method].items()},

@@ -483,14 +483,14 @@ def run_bench(s: BenchSettings, progress: bool = True) -> dict:
 def finish(report: dict, out: Path) -> None:
     from omnidraft.bench import plots
     from omnidraft.bench.claims import must_show, ordering
-    from omnidraft.bench.report import markdown
+    from omnidraft.bench.report import markdown, pass_curve
 
     report["checks"] = {"ordering": ordering(report), "must_show": must_show(report)}
     out.mkdir(parents=True, exist_ok=True)
     title = f"omnidraft bench ({report['meta']['settings']['backend']})"
     made = []
-    for fname, fn, arg in (
-        ("speedup.png", plots.plot_speedup, report["rows"]),
+    for fname, fn, arg, what in (
+        ("speedup.png", plots.plot_speedup, report["rows"], ""),
         (
             "acceptance.png",
             plots.plot_acceptance,
@@ -499,12 +499,23 @@ def finish(report: dict, out: Path) -> None:
                 for r in report["rows"]
                 if r.get("status") == "ok" and r["method"] != "target-only"
             },
+            ": held-out prompts",
         ),
-        ("cache_growth.png", plots.plot_growth, report["cache"]["growth"]),
-        ("peers.png", plots.plot_peers, report["peers"]),
-        ("verify_cost.png", plots.plot_verify_cost, report["verify_cost"]),
+        (
+            "adaptation.png",
+            plots.plot_acceptance,
+            {
+                f"{r['stream']}: {r['method']}": pass_curve(r["adaptation"]["per_prompt"])
+                for r in report["rows"]
+                if "per_prompt" in (r.get("adaptation") or {})
+            },
+            ": train prompts, while adapting",
+        ),
+        ("cache_growth.png", plots.plot_growth, report["cache"]["growth"], ""),
+        ("peers.png", plots.plot_peers, report["peers"], ""),
+        ("verify_cost.png", plots.plot_verify_cost, report["verify_cost"], ""),
     ):
-        if fn(arg, out / fname, title):
+        if fn(arg, out / fname, title + what):
             made.append(fname)
     report["plots"] = made
     write_json(out / "bench.json", report)

@@ -79,6 +79,10 @@ def _argv(pair, out, *extra):
     ]
 
 
+# what a stubbed adaptation pass reports: two train prompts decoded live while the drafter learned
+STUB_PASS = {"train_prompts": 0, "stub": True, "per_prompt": {"accepted": [1, 3], "proposed": [4, 4]}, "updates": 1}
+
+
 @pytest.fixture(scope="module")
 def report(pair, tmp_path_factory):
     """One bench run. The adaptation bridge is stubbed (the real pass is tested in tests/test_adapt*):
@@ -89,7 +93,7 @@ def report(pair, tmp_path_factory):
     def fake_adapt(bench, eng, stream, method, train, k):
         if method == "hybrid+lora":
             raise RuntimeError("boom")
-        return eng.drafter, eng.new_cache(), {"train_prompts": 0, "stub": True}
+        return eng.drafter, eng.new_cache(), dict(STUB_PASS)
 
     out = tmp_path_factory.mktemp("bench-out")
     argv = _argv(pair, out, "--peers", "hf,torch")
@@ -124,7 +128,7 @@ def test_schema_and_files(report):
     assert status["hybrid+lora"] == "failed: RuntimeError('boom')"
     # the stubbed pass hands back the untrained drafter, which has no acceptance head
     assert status["hybrid+adaptive"] == "failed: the adaptation pass left no acceptance head on the drafter"
-    assert [r["adaptation"] for r in doc["rows"] if r["method"] == "hybrid"] == [{"train_prompts": 0, "stub": True}]
+    assert [r["adaptation"] for r in doc["rows"] if r["method"] == "hybrid"] == [STUB_PASS]
     assert {r["method"] for r in doc["rows"] if r["status"] == "ok"} >= {
         "target-only",
         "spd-dm",
@@ -178,6 +182,38 @@ def test_schema_and_files(report):
     assert math.isclose(curve["drafter_cost_ratio"], curve["drafter_step_ms"] / curve["target_ms"]["1"], rel_tol=0.01)
     assert "## 6. Verify cost" in md and md.index("At a glance") < md.index("## 1. Methods")
     assert "verify_cost.png" in doc["plots"]
+    # the adaptation passes: their learning curve, and before/after per adapted row that ran
+    assert "adaptation.png" in doc["plots"] and "## 7. Adaptation passes" in md
+    section = md[md.index("## 7. Adaptation passes") : md.index("## Draft length sweeps")]
+    assert [line.split("|")[2].strip() for line in section.splitlines() if line.startswith("| math")] == [
+        "l-dm",
+        "hybrid",
+    ]
+
+
+def test_the_adaptation_section_reads_the_pass_curve_and_held_out_before_and_after():
+    from omnidraft.bench.report import _adaptation, pass_curve
+
+    per = {"accepted": [0, 1, 2, 3, 4, 5, 6, 7], "proposed": [4, 4, 4, 0, 8, 8, 8, 8]}
+    assert pass_curve(per) == [0.0, 0.125, 0.25, 0.5, 0.5, 0.5357, 0.5833, 0.6364]
+    assert pass_curve({"accepted": [0], "proposed": [0]}) == [0.0]  # a prompt that never drafted
+    rows = [
+        {"stream": "code", "method": "spd-dm+ngram_pp", "status": "ok", "acceptance_rate": 0.1, "draft_len": 2},
+        {
+            "stream": "code",
+            "method": "hybrid",
+            "status": "ok",
+            "acceptance_rate": 0.3,
+            "draft_len": 4,
+            "adaptation": {"per_prompt": per, "updates": 1, "rollbacks": 0, "train_seconds": 12.3},
+        },
+        {"stream": "code", "method": "l-dm", "status": "failed: boom"},
+    ]
+    (line,) = [x for x in _adaptation({"rows": rows}).splitlines() if x.startswith("| code")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    # quarters of 8 prompts: the first two (1 of 8 accepted), the last two (13 of 16)
+    assert cells == ["code", "hybrid", "8", "1", "0", "0.125", "0.812", "0.100 (K=2)", "0.300 (K=4)", "12"]
+    assert _adaptation({"rows": rows[:1]}) == "(no adaptation pass ran)"
 
 
 def test_the_glance_table_names_the_fastest_row_and_what_each_peer_did():
