@@ -334,6 +334,7 @@ def check_memory(recipe: dict[str, Any]) -> None:
 
 def train(
     recipe: dict[str, Any],
+    *,
     work_dir: Path,
     out_dir: Path | None,
     resume: bool = True,
@@ -503,8 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         train(
             recipe,
-            work,
-            args.out or BUNDLED_DIR / recipe["name"],
+            work_dir=work,
+            out_dir=args.out or BUNDLED_DIR / recipe["name"],
             resume=args.resume or args.export_only,
             threads=args.threads,
             export_only=args.export_only,

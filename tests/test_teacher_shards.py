@@ -193,13 +193,13 @@ def test_training_on_two_teachers_lowers_their_loss_and_resumes_bit_identically(
         with torch.no_grad():
             return hybrid_loss(model(input_ids=b.ids).logits, torch.from_numpy(ts.inter), *b.inputs()[1:]).item()
 
-    T.train(r, tmp_path / "a", None, resume=False, quiet=True)
+    T.train(r, work_dir=tmp_path / "a", out_dir=None, resume=False, quiet=True)
     assert teacher_loss(final_weights(tmp_path / "a")) < 0.9 * teacher_loss(None)
-    T.train(r, tmp_path / "b", None, resume=False, stop_after=3, quiet=True)
-    T.train(r, tmp_path / "b", None, resume=True, quiet=True)
+    T.train(r, work_dir=tmp_path / "b", out_dir=None, resume=False, stop_after=3, quiet=True)
+    T.train(r, work_dir=tmp_path / "b", out_dir=None, resume=True, quiet=True)
     a, b = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    T.train(cross_recipe(drafter, sets[:1]), tmp_path / "c", None, resume=False, quiet=True)
+    T.train(cross_recipe(drafter, sets[:1]), work_dir=tmp_path / "c", out_dir=None, resume=False, quiet=True)
     c = final_weights(tmp_path / "c")
     assert not all(torch.equal(a[k], c[k]) for k in a)  # the LM term and teacher weights both reach the weights
 
@@ -211,7 +211,7 @@ def test_a_recipe_whose_teacher_pass_was_damaged_fails_before_training(tiny_pair
     (bad / "shard-00000.safetensors").unlink()
     r = cross_recipe(drafter, [{"shards": str(bad)}])
     with pytest.raises(DataError, match="shard-00000.safetensors is missing"):
-        T.train(r, tmp_path / "w", None, resume=False, quiet=True)
+        T.train(r, work_dir=tmp_path / "w", out_dir=None, resume=False, quiet=True)
     assert not (tmp_path / "w" / "checkpoints").exists()
 
 

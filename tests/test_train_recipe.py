@@ -55,12 +55,12 @@ def final_weights(work: Path) -> dict:
 
 def test_interrupted_run_resumes_to_identical_weights(tmp_path):
     r = tiny_recipe()
-    full = T.train(r, tmp_path / "a", None, resume=False, quiet=True)
+    full = T.train(r, work_dir=tmp_path / "a", out_dir=None, resume=False, quiet=True)
     # interrupted after step 3: the last checkpoint is step 2, so steps 3.. are redone on resume
-    part = T.train(r, tmp_path / "b", None, resume=False, stop_after=3, quiet=True)
+    part = T.train(r, work_dir=tmp_path / "b", out_dir=None, resume=False, stop_after=3, quiet=True)
     assert len(part) == 3
     assert json.loads((tmp_path / "b" / "checkpoints" / "latest.json").read_text())["step"] == 2
-    resumed = T.train(r, tmp_path / "b", None, resume=True, quiet=True)
+    resumed = T.train(r, work_dir=tmp_path / "b", out_dir=None, resume=True, quiet=True)
     assert resumed == full
     a, b = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -69,7 +69,7 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path):
 
 def test_half_written_checkpoint_is_ignored(tmp_path):
     r = tiny_recipe()
-    T.train(r, tmp_path, None, resume=False, stop_after=2, quiet=True)
+    T.train(r, work_dir=tmp_path, out_dir=None, resume=False, stop_after=2, quiet=True)
     ck = tmp_path / "checkpoints"
     # a crash while writing leaves a hidden temp folder and no new latest.json: resume ignores it
     junk = ck / ".step-000004-crash"
@@ -82,7 +82,7 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
 
 def test_damaged_checkpoint_is_a_clear_error(tmp_path):
     r = tiny_recipe()
-    T.train(r, tmp_path, None, resume=False, stop_after=2, quiet=True)
+    T.train(r, work_dir=tmp_path, out_dir=None, resume=False, stop_after=2, quiet=True)
     latest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
     (tmp_path / "checkpoints" / latest["dir"] / "optimizer.safetensors").write_bytes(b"garbage")
     model = T.build_model(r)
@@ -95,7 +95,7 @@ def test_export_is_a_half_precision_hf_folder(tmp_path):
 
     r = tiny_recipe()
     out = tmp_path / "out"
-    T.train(r, tmp_path / "w", out, resume=False, quiet=True)
+    T.train(r, work_dir=tmp_path / "w", out_dir=out, resume=False, quiet=True)
     for f in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "loss_curve.json"):
         assert (out / f).is_file(), f
     with safe_open(str(out / "model.safetensors"), "pt") as f:

@@ -125,9 +125,9 @@ def test_interrupted_distillation_resumes_to_identical_weights(tmp_path):
     r = warm_recipe(folder)
     r["teacher"] = {"model": str(folder), "weight": 0.9, "temperature": 1.0}
     r["train"] = r["train"] | {"head_tokens": 256, "freeze": ["model.embed_tokens"]}
-    full = T.train(r, tmp_path / "a", None, resume=False, quiet=True)
-    T.train(r, tmp_path / "b", None, resume=False, stop_after=3, quiet=True)
-    resumed = T.train(r, tmp_path / "b", None, resume=True, quiet=True)
+    full = T.train(r, work_dir=tmp_path / "a", out_dir=None, resume=False, quiet=True)
+    T.train(r, work_dir=tmp_path / "b", out_dir=None, resume=False, stop_after=3, quiet=True)
+    resumed = T.train(r, work_dir=tmp_path / "b", out_dir=None, resume=True, quiet=True)
     assert resumed == full
     a, b = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
