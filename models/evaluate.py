@@ -123,6 +123,9 @@ def print_samples(samples: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from omnidraft.cli import quiet_third_party_logs
+
+    quiet_third_party_logs()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafter", type=Path, default=BUNDLED / "drafter")
     ap.add_argument("--target", type=Path, default=BUNDLED / "target")
