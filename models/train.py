@@ -405,7 +405,9 @@ def train(
         export_hf(model, recipe, tok_path, out_dir, copy_tokenizer=recipe.get("commit_tokenizer", True))
         plot_losses(
             losses,
-            MODELS_DIR / f"loss_{recipe['name']}.png" if out_dir.parent == BUNDLED_DIR else work_dir / "loss.png",
+            MODELS_DIR / f"loss_{recipe['name']}.png"
+            if out_dir.resolve().parent == BUNDLED_DIR
+            else work_dir / "loss.png",
             f"{recipe['name']} training loss",
         )
         write_token_counts(recipe, out_dir, rows.numpy(), proposed)
@@ -448,7 +450,7 @@ def write_token_counts(
 def install_tokenizers() -> None:
     """Copies the converted tokenizer.json files into the bundled model folders (the Llama-2 one is
     not committed for licence reasons; this rebuilds it from the llama.cpp vocabulary)."""
-    for name in ("drafter", "target"):
+    for name in ("drafter", "target", "drafter-teachers"):
         recipe = load_recipe(name)
         _, tok_path = load_tokenizer(recipe["tokenizer"])
         dest = BUNDLED_DIR / name
