@@ -12,7 +12,11 @@ from omnidraft.errors import ManifestError, ModelFolderError
 from omnidraft.models.gguf_tokenizers import cache_dir
 
 BUNDLED = Path(__file__).resolve().parent.parent / "models" / "bundled"
-ROLES = ("drafter", "target")
+ROLES = ("drafter", "target")  # the tiny pair: our own drafter and target, trained together
+# The drafter shipped for real targets: the bundled drafter trained further on their own answers
+# (models/recipes/drafter-teachers.json), so it drafts for real targets before any user data.
+REAL_DRAFTER = "drafter-teachers"
+LLAMA_VOCAB_ROLES = ("drafter", REAL_DRAFTER)  # their Llama-2 tokenizer.json is built locally
 # Bump when the exporters change what they produce for the same inputs, so cached exports are rebuilt.
 EXPORT_REVISION = 7
 # Drafter exports keep their 4,096 most frequent tokens (export/draft_vocab.py) where the folder
@@ -22,7 +26,7 @@ DRAFT_VOCAB = 4096
 
 
 def _rebuild_hint(role: str, name: str) -> str:
-    if name == "tokenizer.json" and role == "drafter":
+    if name == "tokenizer.json" and role in LLAMA_VOCAB_ROLES:
         return "convert it with `bash scripts/setup.sh` (Llama-2's tokenizer is built locally, never committed)"
     return (
         f"restore it with `git checkout -- models/bundled/{role}` or retrain it with "
@@ -30,12 +34,13 @@ def _rebuild_hint(role: str, name: str) -> str:
     )
 
 
-def check_bundled(root: Path = BUNDLED) -> dict[str, Path]:
-    """Both folders, or a ModelFolderError naming the file that is missing or damaged."""
+def check_bundled(root: Path = BUNDLED, *, roles: tuple[str, ...] = ROLES) -> dict[str, Path]:
+    """The folders of ``roles`` (default: the tiny pair), or a ModelFolderError naming the file that
+    is missing or damaged."""
     from safetensors import safe_open
 
     out = {}
-    for role in ROLES:
+    for role in roles:
         folder = root / role
         for name in ("config.json", "tokenizer.json", "model.safetensors"):
             f = folder / name

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.atomic import check_writable, save_figure, write_json
-from omnidraft.bench.bundled import check_bundled, drafter_export, drafter_vocab, target_export
+from omnidraft.bench.bundled import REAL_DRAFTER, check_bundled, drafter_export, drafter_vocab, target_export
 from omnidraft.bench.streams_eval import StreamRun, run_lockstep
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
@@ -24,7 +24,8 @@ BACKENDS = {
 # Backends whose drafter is compiled for an accelerator beside a CPU target. On x86 the QNN HTP runs
 # as a simulator: its drafter timings are not a phone's.
 DRAFTER_DEVICES = {"qnn-htp": "qnn-htp"}
-# The real pairs: the bundled drafter against each installed target, on the streams it is good at.
+# The real pairs: the drafter that learned from the real targets (bench/bundled.py: REAL_DRAFTER)
+# against each installed target, on the streams it is good at.
 REAL_TARGETS = (("qwen2.5-coder-0.5b-instruct", ("code", "math")), ("gemma-3-270m", ("text",)))
 PAIRS = ("real", "tiny")
 
@@ -72,11 +73,12 @@ def demo_pairs(s: DemoSettings) -> list[DemoPair]:
     """The pairs the demo decodes, each with the requested streams it covers (checked before any work)."""
     from omnidraft.models.sources import resolve
 
-    folders = check_bundled()
     if s.pair == "tiny":
+        folders = check_bundled()
         pairs = [DemoPair("bundled target", folders["drafter"], folders["target"], STREAMS)]
     elif s.pair == "real":
-        pairs = [DemoPair(name, folders["drafter"], resolve(name), streams) for name, streams in REAL_TARGETS]
+        drafter = check_bundled(roles=(REAL_DRAFTER,))[REAL_DRAFTER]
+        pairs = [DemoPair(name, drafter, resolve(name), streams) for name, streams in REAL_TARGETS]
     else:
         parts = [p.strip() for p in s.pair.split(",")]
         if len(parts) != 2 or not all(parts):
@@ -242,7 +244,7 @@ def _row(target: str, name: str, phase: str, run: StreamRun, base: StreamRun, ca
 
 
 def run_demo(s: DemoSettings, progress: bool = True) -> dict:
-    """Per stream: target-only, omnidraft with the untrained drafter and an empty cache, then (unless
+    """Per stream: target-only, omnidraft with the drafter as shipped and an empty cache, then (unless
     ``adapt_prompts`` is 0) one adaptation pass over train prompts and omnidraft again with the
     adapted drafter and its cache, all on the same held-out prompts."""
     import shutil
@@ -269,9 +271,9 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
     pairs = demo_pairs(s)  # a missing or uninstalled model fails here, before any export
     check_writable(s.out, folder=True)  # before the exports and passes, not when the report is written
     state = s.out / "state"
-    shutil.rmtree(state, ignore_errors=True)  # each demo run starts from the untrained drafter
+    shutil.rmtree(state, ignore_errors=True)  # each demo run starts from the drafter as shipped
     rows, curves, adaptation, artifacts = [], {}, {}, []
-    # auto: the untrained drafter has no head yet, so its row drafts a fixed K = 4
+    # auto: the drafter as shipped has no head yet, so its row drafts a fixed K = 4
     cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=4 if auto else s.draft_len)
     stop = False
     for pair in pairs:
@@ -286,8 +288,10 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             only = DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only")
             runs = run_lockstep(dec, prompts, {"target-only": only, "omnidraft": cfg}, f"{pair.label} {name}", progress)
             base, spec = runs["target-only"], runs["omnidraft"]
-            rows.append(_row(pair.label, name, "untrained", spec, base, len(dec.cache)))
-            curves[f"{pair.label} {name} (untrained)"] = spec
+            # "as shipped": the drafter before any online adaptation (no user data; it may have learned
+            # from the targets offline, as bundled/drafter-teachers did)
+            rows.append(_row(pair.label, name, "as shipped", spec, base, len(dec.cache)))
+            curves[f"{pair.label} {name} (as shipped)"] = spec
             if stop := base.interrupted or spec.interrupted:
                 break
             if s.adapt_prompts and name in s.adapt_streams:

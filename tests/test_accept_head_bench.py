@@ -204,7 +204,7 @@ def test_demo_with_adaptive_drafting(fake_bundled, tmp_path, capsys):
     )
     assert "| bundled target | math | adapted + adaptive K |" in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
-    assert [r["phase"] for r in report["rows"]] == ["untrained", "adapted + adaptive K"]
+    assert [r["phase"] for r in report["rows"]] == ["as shipped", "adapted + adaptive K"]
     assert report["rows"][1]["draft_len"] == "auto" and all(r["identical_to_target_only"] for r in report["rows"])
     assert 0.05 <= report["adaptation"]["bundled target/math"]["gamma"] <= 0.95
 

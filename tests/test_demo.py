@@ -87,9 +87,9 @@ def test_demo_runs_end_to_end_on_a_tiny_pair(fake_bundled, tmp_path, capsys):
         == 0
     )
     table = capsys.readouterr().out
-    assert "| bundled target | math | untrained |" in table and "| bundled target | math | adapted |" in table
+    assert "| bundled target | math | as shipped |" in table and "| bundled target | math | adapted |" in table
     report = json.loads((out / "report.json").read_text())
-    assert [r["phase"] for r in report["rows"]] == ["untrained", "adapted"]
+    assert [r["phase"] for r in report["rows"]] == ["as shipped", "adapted"]
     assert all(r["identical_to_target_only"] for r in report["rows"])  # adaptation changes speed, never text
     summary = report["adaptation"]["bundled target/math"]
     assert summary["train_prompts"] == 3 and summary["updates"] == 1
@@ -113,6 +113,17 @@ def test_real_pairs_need_their_models_installed(tmp_path, monkeypatch, capsys):
     assert main(["demo", "--quick"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "omnidraft models install qwen2.5-coder-0.5b-instruct" in err[0], err
+
+
+def test_real_pairs_draft_with_the_drafter_that_learned_from_real_targets(fake_bundled, tokenizer_path, capsys):
+    """The tiny pair's folders do not stand in for it: a missing one is named, with its fix, before
+    any real target is looked up."""
+    assert main(["demo", "--quick"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    missing = fake_bundled / bundled.REAL_DRAFTER / "config.json"
+    assert len(err) == 1 and f"{missing} is missing" in err[0] and "--recipe drafter-teachers" in err[0], err
+    make_tiny_model(fake_bundled / bundled.REAL_DRAFTER, "llama", tokenizer_path("llama-spm"), seed=3)
+    assert set(bundled.check_bundled(roles=(bundled.REAL_DRAFTER,))) == {bundled.REAL_DRAFTER}
 
 
 def test_streams_that_no_pair_covers_are_refused(fake_bundled, tmp_path, capsys):
