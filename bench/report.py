@@ -300,7 +300,7 @@ def _share(per_prompt: dict, part: slice) -> float | None:
 
 def _adaptation(report: dict) -> str:
     """Per adapted row: the pass (its first and last quarter of train prompts, as decoded live) and
-    held-out acceptance before (the untrained drafter with a cache pre-collected on train prompts)
+    held-out acceptance before (the drafter as given, with a cache pre-collected on train prompts)
     and after (the adapted drafter with the cache its pass built)."""
     ok = [r for r in report["rows"] if r.get("status") == "ok"]
     before = {r["stream"]: r for r in ok if r["method"] == "spd-dm+ngram_pp"}
@@ -338,7 +338,7 @@ def _adaptation(report: dict) -> str:
             ("rollbacks", "rolled back"),
             ("first", "pass acceptance, first quarter"),
             ("last", "pass acceptance, last quarter"),
-            ("before", "held-out before (untrained, spd-dm+ngram_pp)"),
+            ("before", "held-out before (no online adaptation, spd-dm+ngram_pp)"),
             ("after", "held-out after"),
             ("secs", "training s"),
         ],
