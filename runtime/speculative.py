@@ -1,7 +1,8 @@
 """Cross-vocabulary speculative decoding (paper Algorithm 1), gpt-fast style.
 
 One round (``_Run.speculative``), one method per step: ``_draft`` k drafter tokens (the
-draft-length policy of runtime/draft_length says when to stop) -> ``_translate`` them to m target
+draft-length policy of runtime/draft_length says when to stop), or ``_copy`` them from the context
+where it repeats (runtime/context_lookup.py; those need no translation) -> ``_translate`` them to m target
 tokens -> ``_verify`` all m with ONE target call -> ``_accept`` (greedy: exact argmax match;
 sampling: u < p/q'), then a correction or bonus token -> commit, rolling the target's KV cache back
 -> ``_resync`` the drafter (re-tokenize the accepted text into its context, harvest n-grams, crop
@@ -22,6 +23,7 @@ import numpy as np
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
 from omnidraft.runtime.backends.base import last_row, last_row_accept
+from omnidraft.runtime.context_lookup import ContextIndex, LookupConfig
 from omnidraft.runtime.draft_length.head_file import require_head
 from omnidraft.runtime.draft_length.policy import policy_for, validate_adaptive
 from omnidraft.runtime.exact_proposal import ExactNgrams, exact_ngrams
@@ -67,6 +69,7 @@ class DecodeConfig:
     # auto: logit offsets per drafted token, learned online from past verifications (runtime.accept_online)
     accept_offsets: dict[int, float] | None = None
     ngram_sampling: str = "exact"  # temperature > 0, ngram mode: "exact" | "paper" (NGRAM_SAMPLING)
+    lookup: LookupConfig | None = None  # copy drafts from the context where it repeats (runtime/context_lookup.py)
 
     @property
     def uses_splits(self) -> bool:
@@ -84,6 +87,11 @@ class DecodeConfig:
     @property
     def k_max(self) -> int:
         return self.max_draft_len if self.adaptive else self.draft_len
+
+    @property
+    def longest_proposal(self) -> int:
+        """The most target tokens one round can propose (the KV room a generation must leave)."""
+        return max(self.k_max, self.lookup.max_tokens if self.lookup is not None else 0)
 
     @property
     def drafts(self) -> bool:
@@ -104,6 +112,8 @@ class DecodeConfig:
                 f"unknown n-gram sampling rule {self.ngram_sampling!r}; choose one of {', '.join(NGRAM_SAMPLING)}"
             )
         validate_adaptive(self.draft_len, self.gamma, self.max_draft_len or 1)
+        if self.lookup is not None:
+            self.lookup.validate()
         if self.max_new_tokens < 1:
             raise InvalidArgument(f"max new tokens must be >= 1 (got {self.max_new_tokens})")
 
@@ -118,6 +128,9 @@ class DecodeStats:
     ngram_added: int = 0
     split_proposed: int = 0  # target tokens proposed through a split drafter token
     split_accepted: int = 0
+    lookup_rounds: int = 0  # rounds that proposed tokens copied from the context instead of drafting
+    lookup_proposed: int = 0
+    lookup_accepted: int = 0
     drafter_calls: int = 0
     new_tokens: int = 0
     seconds: float = 0.0
@@ -255,11 +268,11 @@ class SpeculativeDecoder:
         check_text(prompt, what="the prompt", fix="pass UTF-8 text with --prompt")
         tgt = self.target
         ctx_p = list(tgt.codec.start_ids) + tgt.codec.encode(prompt)
-        need = len(ctx_p) + cfg.max_new_tokens + cfg.k_max + 1
+        need = len(ctx_p) + cfg.max_new_tokens + cfg.longest_proposal + 1
         if need > tgt.backend.max_seq_len:
             raise ContextOverflow(
                 f"prompt ({len(ctx_p)} target tokens) + {cfg.max_new_tokens} new tokens + draft "
-                f"{cfg.k_max} needs {need} positions but the target holds {tgt.backend.max_seq_len}; "
+                f"{cfg.longest_proposal} needs {need} positions but the target holds {tgt.backend.max_seq_len}; "
                 "shorten the prompt or lower --max-new-tokens"
             )
         if cfg.mode != "target-only" and self.drafter is None:
@@ -283,7 +296,8 @@ class _Draft:
     accept_logits: list[float]
     call_seconds: list[float]  # per drafter call: the online controller replays shorter drafts from these
     exact: ExactNgrams | None  # exact n-gram sampling: each drafted token stands for one target token
-    translation: Translation | None  # built while drafting under exact sampling
+    translation: Translation | None  # built while drafting under exact sampling, or copied
+    copied: bool = False  # the context lookup's tokens: each proposed with certainty (q' = 1)
 
 
 class _Run:
@@ -384,8 +398,9 @@ class _Run:
         t_start = time.perf_counter()
         self._prefill()
         self.text_pos = len(self.dctx.text)
+        lookup = ContextIndex(self.cfg.lookup, self.ctx_p) if self.cfg.lookup is not None else None
         while not self.done:
-            d = self._draft()
+            d = self._copy(lookup) or self._draft()
             tr = self._translate(d)
             n_ctx = len(self.ctx_p)
             rows, fed, t_verify = self._verify(tr)
@@ -396,6 +411,12 @@ class _Run:
                 self.on_verified(new, rows[: len(new)])
             added, kept = self._resync(d, tr, j, new)
             self.stats.record_round(tr, j, self._splits(d, tr), added)
+            if lookup is not None:
+                lookup.extend(new)
+                if d.copied:
+                    self.stats.lookup_rounds += 1
+                    self.stats.lookup_proposed += len(tr)
+                    self.stats.lookup_accepted += j
             if self.rounds is not None:
                 self.rounds.append(
                     RoundTrace(
@@ -404,6 +425,19 @@ class _Run:
                     )
                 )  # fmt: skip
         return self._result(t_start)
+
+    def _copy(self, lookup: ContextIndex | None) -> _Draft | None:
+        """The round's proposal copied from the context, where its suffix occurred before (else None:
+        the drafter drafts). No drafter call: its context catches up at the next draft."""
+        if lookup is None:
+            return None
+        used = len(self.ctx_p) - self.n_prompt
+        room = min(self.dec.target.backend.max_seq_len - len(self.ctx_p), self.cfg.max_new_tokens - used) - 1
+        ids = lookup.propose(room) if room > 0 else []
+        if not ids:
+            return None
+        tr = Translation(list(ids), [(0, 0)] * len(ids), [None] * len(ids))
+        return _Draft(self.dctx.ids, [], [], [], [], [], [], None, tr, copied=True)
 
     def _draft(self) -> _Draft:
         """Draft up to K drafter tokens from the drafter's context (its KV cache holds a prefix of it);
@@ -497,6 +531,8 @@ class _Run:
                 d.uniforms.append(self.rng.random())
                 if exact is not None:
                     q_t = exact.prob(vocab, d.q_rows[j], t)
+                elif d.copied:
+                    q_t = 1.0
                 else:
                     q_t = proposal_prob(j, tr, d.tokens, d.q_rows, vocab)
                 ok = d.uniforms[-1] * q_t < p[t]
@@ -507,6 +543,9 @@ class _Run:
             return j, self._pick(rows[j])
         if exact is not None:
             q_full = exact.lift(vocab, d.q_rows[j], rows.shape[-1])
+        elif d.copied:
+            q_full = np.zeros(rows.shape[-1])
+            q_full[tr.target_ids[j]] = 1.0
         else:
             q_full = q_prime_full(j, tr, d.tokens, d.q_rows, vocab, rows.shape[-1])
         d.uniforms.append(self.rng.random())

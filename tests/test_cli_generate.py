@@ -99,6 +99,9 @@ def test_bad_inputs_get_one_clear_line(pair, capsys, tmp_path):
     _refused(capsys, [*base, "--prompt", "x", "--temperature", "-0.5"], "temperature must be >= 0")
     _refused(capsys, [*base, "--prompt", "x", "--draft-len", "0"], "K must be >= 1")
     _refused(capsys, [*base, "--prompt", "x", "--mode", "fast"], "unknown mode 'fast'")
+    _refused(capsys, [*base, "--prompt", "x", "--lookup", "-1"], "0 turns the context lookup off")
+    _refused(capsys, [*base, "--prompt", "x", "--lookup-ngram", "4-2"], "1 <= MIN <= MAX")
+    _refused(capsys, [*base, "--prompt", "x", "--lookup-ngram", "two"], "such as 2-4")
 
 
 def test_foreign_or_corrupted_cache_is_refused(pair, capsys, tmp_path, tokenizer_path):

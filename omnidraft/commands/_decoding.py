@@ -50,3 +50,36 @@ def check_draft_length(args: argparse.Namespace) -> None:
     from omnidraft.runtime.draft_length.policy import parse_draft_len, validate_adaptive
 
     validate_adaptive(parse_draft_len(args.draft_len), args.gamma, args.max_draft_len)
+
+
+def add_lookup(p: argparse.ArgumentParser, *, default: int = 6, note: str = "") -> None:
+    """``--lookup`` and ``--lookup-ngram``: drafts copied from the context where it repeats; ``note`` says
+    where the command applies them."""
+    p.add_argument(
+        "--lookup",
+        type=int,
+        default=default,
+        metavar="N",
+        help="copy up to N tokens from the context where its last tokens occurred before, instead of "
+        f"drafting that round (greedy output is unchanged; 0 turns it off; default {default}){note}",
+    )
+    p.add_argument(
+        "--lookup-ngram",
+        default="2-4",
+        metavar="MIN-MAX",
+        help="context lookup: the suffix lengths that may match, longest first (default 2-4)",
+    )
+
+
+def lookup_config(args: argparse.Namespace):
+    """The LookupConfig ``--lookup`` and ``--lookup-ngram`` ask for, or None (off)."""
+    from omnidraft.errors import InvalidArgument
+    from omnidraft.runtime.context_lookup import LookupConfig, parse_ngram_range
+
+    if args.lookup < 0:
+        raise InvalidArgument(f"--lookup must be >= 0 (got {args.lookup}); 0 turns the context lookup off")
+    if args.lookup == 0:
+        return None
+    cfg = LookupConfig(args.lookup, *parse_ngram_range(args.lookup_ngram))
+    cfg.validate()
+    return cfg

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from omnidraft.commands._decoding import add_draft_length, add_no_splits, check_draft_length
+from omnidraft.commands._decoding import add_draft_length, add_lookup, add_no_splits, check_draft_length, lookup_config
 
 HELP = "generate text with a drafter speeding up a target (any mix of HF and export folders)"
 
@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mode", default="ngram", help="ngram (full method) | dm (direct mapping only) | target-only")
     add_no_splits(p)
+    add_lookup(p)
     p.add_argument(
         "--ngram-sampling",
         default="exact",
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         max_draft_len=args.max_draft_len,
         splits=not args.no_splits,
         ngram_sampling=args.ngram_sampling,
+        lookup=lookup_config(args),
     )
     cfg.validate()
     target = resolve(args.target)
@@ -95,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         "ngram_hits": st.ngram_hits,
         "split_proposed": st.split_proposed,
         "split_accepted": st.split_accepted,
+        "lookup_rounds": st.lookup_rounds,
+        "lookup_proposed": st.lookup_proposed,
+        "lookup_accepted": st.lookup_accepted,
         "ngram_cache_size": len(decoder.cache) if decoder.cache is not None else 0,
         "new_tokens": st.new_tokens,
         "seconds": round(st.seconds, 4),
@@ -110,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"[{cfg.mode}] {st.new_tokens} tokens in {st.seconds:.2f}s ({st.new_tokens / max(st.seconds, 1e-9):.1f} tok/s), "
             f"{st.steps} target calls, acceptance {st.acceptance_rate:.2f}, {st.tokens_per_step:.2f} tokens/call, "
-            f"n-gram hits {st.ngram_hits}, outside-model time {100 * st.overhead_fraction:.0f}%",
+            f"n-gram hits {st.ngram_hits}, {st.lookup_rounds} rounds copied from the context, outside-model time {100 * st.overhead_fraction:.0f}%",
             file=sys.stderr,
         )
     if args.cache is not None and decoder.cache is not None:
