@@ -4,7 +4,7 @@ against target-only, before and after one online adaptation pass."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 
 from omnidraft.atomic import check_writable, save_figure, write_json
@@ -12,6 +12,7 @@ from omnidraft.bench.bundled import REAL_DRAFTER, check_bundled, drafter_export,
 from omnidraft.bench.streams_eval import StreamRun, run_lockstep
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.context_lookup import LookupConfig
 from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
 from omnidraft.runtime.speculative import DecodeConfig
 
@@ -48,6 +49,8 @@ class DemoSettings:
     # and K = 1 leaves the adapted drafter too little to gain.
     draft_len: int | str = 2  # "auto": the adaptation pass trains the acceptance head
     gamma: float = 0.5
+    # Rounds copy from the context where it repeats (runtime/context_lookup.py); None: the drafter alone.
+    lookup: LookupConfig | None = field(default_factory=LookupConfig)
     backend: str = "ort"
     max_seq_len: int = 512
     out: Path = Path("reports/demo")
@@ -58,7 +61,9 @@ class DemoSettings:
     adapt_streams: tuple[str, ...] = ("code",)
     adapt_rank: int = 32
     # Short-stream settings (see bench/adapted_rows.py): 8 AdamW steps per update of 8 prompts, sharpened target.
-    adapt_lr: float | None = 1e-3
+    # lr None: 1e-4 for the real pairs, whose drafter learned from these targets already (a short pass at
+    # 1e-3 pulls it away from them: docs/decisions.md), 1e-3 for any other drafter.
+    adapt_lr: float | None = None
     adapt_every: int = 8
     adapt_steps: int = 8
     adapt_temperature: float = 0.1
@@ -152,7 +157,7 @@ def _adapt(
         schedule=UpdateSchedule(
             mode="lora",
             rank=s.adapt_rank,
-            lr=s.adapt_lr,
+            lr=s.adapt_lr if s.adapt_lr is not None else 1e-4 if s.pair == "real" else 1e-3,
             every=s.adapt_every,
             steps_per_update=s.adapt_steps,
             engine=s.adapt_engine,
@@ -274,7 +279,7 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
     shutil.rmtree(state, ignore_errors=True)  # each demo run starts from the drafter as shipped
     rows, curves, adaptation, artifacts = [], {}, {}, []
     # auto: the drafter as shipped has no head yet, so its row drafts a fixed K = 4
-    cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=4 if auto else s.draft_len)
+    cfg = DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len=4 if auto else s.draft_len, lookup=s.lookup)
     stop = False
     for pair in pairs:
         drafter_path, target_path = open_models(pair, s.backend, s.max_seq_len, progress)
@@ -304,7 +309,9 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
                 # drafts with the eager drafter (~5x the exported drafter's cost per call), so that
                 # setting is biased toward short drafts.
                 acfg = (
-                    cfg if not auto else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto", gamma=s.gamma)
+                    cfg
+                    if not auto
+                    else DecodeConfig(max_new_tokens=s.max_new_tokens, draft_len="auto", gamma=s.gamma, lookup=s.lookup)
                 )
                 # target-only again, beside the adapted drafter: the pass ran in between, and the machine's
                 # load then is not what it was for the first pair of rows
@@ -320,7 +327,9 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
         if stop:
             break
     report = {
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(s).items()},
+        "settings": {
+            k: (str(v) if isinstance(v, Path) else asdict(v) if is_dataclass(v) else v) for k, v in vars(s).items()
+        },
         "pairs": artifacts,
         "rows": rows,
         "adaptation": adaptation,
@@ -344,6 +353,7 @@ def summary_table(report: dict) -> str:
             ("acceptance_rate", "acceptance"),
             ("tokens_per_step", "tokens/target call"),
             ("ngram_hits_per_step", "n-gram hits/step"),
+            ("lookup_rounds", "rounds copied from context"),
             ("ngram_cache_entries", "cache entries"),
             ("identical_to_target_only", "identical output"),
         ],

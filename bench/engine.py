@@ -20,6 +20,7 @@ from omnidraft.bench.demo import BACKENDS, DRAFTER_DEVICES
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.backends.base import DRAFTER_THREADS
+from omnidraft.runtime.context_lookup import LookupConfig
 from omnidraft.runtime.loader import LoadedModel, check_hf_folder, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
@@ -186,6 +187,7 @@ class Engine:
         tune=None,
         on_result=None,
         max_draft_len: int = 16,
+        lookup: LookupConfig | None = None,
     ) -> Job:
         """``draft_len`` "auto": adaptive drafting at ``gamma``, or tuned per prompt by ``tune`` (a
         runtime.gamma.GammaController, fed each traced prompt); ``on_result`` gets each traced
@@ -198,6 +200,7 @@ class Engine:
             splits=self.splits,
             gamma=gamma,
             max_draft_len=max_draft_len,
+            lookup=lookup,
         )
         if tune is not None:
             tune.configure(cfg)

@@ -26,7 +26,7 @@ from omnidraft.bench.metrics import (
     projected_speedup,
     speedup_bound,
 )
-from omnidraft.bench.settings import BenchSettings, validate
+from omnidraft.bench.settings import LOOKUP, BenchSettings, validate
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import OmnidraftError
 from omnidraft.models.streams import load_stream
@@ -45,6 +45,9 @@ METHODS = (
     "hybrid+lora",
     "hybrid+adaptive",
 )
+# Rows that get a +lookup twin (bench/settings.py LOOKUP); hybrid+adaptive's controller tunes drafting
+# alone, so it has none.
+LOOKUP_BASES = ("spd-dm+ngram_pp", "l-dm", "hybrid", "hybrid+lora")
 
 
 def new_report(s: BenchSettings) -> dict:
@@ -382,12 +385,14 @@ class Bench:
             jobs.append(eng.job(method, prompts, "ngram", k_m, mnt, cache=cache, drafter=drafter))
             kinds[method] = "built during adaptation (train), then online"
             extra[method] = {"adaptation": summary}
+        jobs += self.lookup_jobs(eng, st, jobs, kinds)
         by_name = {j.name: j for j in jobs}
         runs = interleave(jobs, len(prompts), f"{name}: {len(jobs)} rows in lockstep", self.progress)
         st.base = runs["target-only"]
-        for method in METHODS:
+        for method in (*METHODS, *(m + LOOKUP for m in LOOKUP_BASES)):
             if method not in runs:
-                self._add("rows", _unavailable(name, method, be, status.get(method, "not run")))
+                if not method.endswith(LOOKUP):
+                    self._add("rows", _unavailable(name, method, be, status.get(method, "not run")))
                 continue
             row = _row(name, method, be, runs[method], st.base, kinds.get(method))
             row.update(extra.get(method, {}))
@@ -413,6 +418,36 @@ class Bench:
                 )
         st.full_cache_entries = len(by_name["spd-dm+ngram"].decoder.cache)
         return st
+
+    def lookup_jobs(self, eng: Engine, st: _Stream, jobs: list, kinds: dict) -> list:
+        """A METHOD+lookup twin of each row in LOOKUP_BASES that runs: its drafter, its K and a copy of
+        the cache it starts from, with the context lookup on (its pass is reported once, on its base)."""
+        if self.s.lookup is None:
+            return []
+        out, by_name = [], {j.name: j for j in jobs}
+        for method in LOOKUP_BASES:
+            if method not in by_name:
+                continue
+            path = st.pp_cache if method == "spd-dm+ngram_pp" else self.adapted.get((st.name, method), {}).get("cache")
+            cache = eng.load_cache(Path(path)) if path else eng.new_cache()
+            name = method + LOOKUP
+            k = st.ks.get(method, st.draft_len)
+            drafter = by_name[method].decoder.drafter
+            out.append(
+                eng.job(
+                    name,
+                    st.prompts,
+                    "ngram",
+                    k,
+                    self.s.max_new_tokens,
+                    cache=cache,
+                    drafter=drafter,
+                    lookup=self.s.lookup,
+                )
+            )
+            st.ks[name] = k
+            kinds[name] = kinds.get(method)
+        return out
 
     def eviction(self, eng: Engine, st: _Stream) -> None:
         """Paper Table 14: the online cache capped at 1/4 and 1/2 of its full size, LFU vs LRU, timed in

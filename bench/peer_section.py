@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from omnidraft.bench import llamacpp_peer, ortgenai_peer
 from omnidraft.bench.engine import interleave
 from omnidraft.bench.peers import PROMPT_LOOKUP_TOKENS, HFPeers, uag_configs
+from omnidraft.bench.settings import LOOKUP
 from omnidraft.errors import OmnidraftError
 from omnidraft.models.streams import load_stream
 
@@ -34,7 +35,9 @@ def best_method(bench: Bench, st: _Stream, backend: str | None = None) -> str | 
         if r["stream"] == st.name
         and r.get("status") == "ok"
         and r["method"] != "target-only"
-        and (r["method"] in REPLAYABLE or adapted_rows.replayable(r["method"]))
+        and (
+            r["method"].removesuffix(LOOKUP) in REPLAYABLE or adapted_rows.replayable(r["method"].removesuffix(LOOKUP))
+        )
         and not (backend == "executorch" and r["method"] in NEEDS_HEAD)
     ]
     return max(rows, key=lambda r: r["tokens_per_s"])["method"] if rows else None
@@ -47,6 +50,9 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
     s = bench.s
     eng = bench.engine(backend)
     mode, cache, drafter = "ngram", eng.new_cache(), None
+    k, tune = st.ks.get(method, st.draft_len), None
+    lookup = s.lookup if method.endswith(LOOKUP) else None
+    method = method.removesuffix(LOOKUP)
     if method == "spd-dm":
         mode = "dm"
     elif method == "spd-dm+ngram_pp":
@@ -54,7 +60,6 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
     elif method not in REPLAYABLE:
         drafter, cache = adapted_rows.for_backend(bench, eng, st.name, method)
         eng.warm_up(bench.warm_prompt, drafter)
-    k, tune = st.ks.get(method, st.draft_len), None
     if method == "hybrid+adaptive":  # adaptive drafting from --gamma and K_max 16, tuned online (as its row)
         from omnidraft.errors import InvalidArgument
         from omnidraft.runtime.draft_length.controller import GammaController
@@ -71,7 +76,17 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
         )
     return [
         eng.job(f"omnidraft-{backend} target-only", st.prompts, "target-only", st.draft_len, s.max_new_tokens),
-        eng.job(f"omnidraft-{backend}", st.prompts, mode, k, s.max_new_tokens, cache=cache, drafter=drafter, tune=tune),
+        eng.job(
+            f"omnidraft-{backend}",
+            st.prompts,
+            mode,
+            k,
+            s.max_new_tokens,
+            cache=cache,
+            drafter=drafter,
+            tune=tune,
+            lookup=lookup,
+        ),
     ]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omnidraft.bench import adapted_rows
@@ -10,8 +10,12 @@ from omnidraft.bench.bundled import DRAFT_VOCAB
 from omnidraft.bench.demo import BACKENDS
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS
+from omnidraft.runtime.context_lookup import LookupConfig
 
 PEER_GROUPS = ("hf", "torch", "ort", "executorch", "llama.cpp", "ort-genai")
+# A row named METHOD + LOOKUP decodes as METHOD's row does (drafter, K, starting cache) with the context
+# lookup on: the paper's rows stay the paper's method, and the lookup's gain is one row apart.
+LOOKUP = "+lookup"
 
 
 @dataclass
@@ -46,6 +50,7 @@ class BenchSettings:
     threads: int | None = 1  # intra-op threads of every engine (None: each library's default)
     gamma: float = 0.5  # hybrid+adaptive: initial stopping threshold (tuned online from there)
     splits: bool = True  # greedy ngram rows may propose split drafter tokens (False: the paper's translation)
+    lookup: LookupConfig | None = field(default_factory=LookupConfig)  # the +lookup rows' (None: none run)
     draft_vocab: int | None = DRAFT_VOCAB  # drafter exports keep this many tokens (None: all; bench/bundled.py)
     target_quant: str | None = None  # the main backend's target export (None: the backend's own, ort int8)
     quick: bool = False
@@ -107,6 +112,8 @@ def validate(s: BenchSettings) -> None:
                 f"--target-quant {s.target_quant} does not apply to the {s.backend} backend"
                 + (f"; choose one of {', '.join(QUANTS[fmt])}" if fmt else " (it runs the HF folders as they are)")
             )
+    if s.lookup is not None:
+        s.lookup.validate()
     if s.verify_repeats < 0:
         raise InvalidArgument(f"--verify-repeats must be >= 0 (got {s.verify_repeats}); 0 skips the verify cost curve")
     if s.train_prompts < 0 or s.adapt_prompts < 0 or not s.sweep_ks or min(s.sweep_ks) < 1:

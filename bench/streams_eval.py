@@ -43,6 +43,8 @@ class StreamRun:
             "tokens_per_step": round(s.tokens_per_step, 4),
             "ngram_hits_per_step": round(s.ngram_hits / s.steps, 4) if s.steps else 0.0,
             "split_tokens_per_step": round(s.split_accepted / s.steps, 4) if s.steps else 0.0,
+            "lookup_rounds": s.lookup_rounds,
+            "lookup_acceptance": round(s.lookup_accepted / s.lookup_proposed, 4) if s.lookup_proposed else None,
             "tokens_per_s": round(self.tokens_per_s, 2),
             "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "new_tokens": s.new_tokens,

@@ -117,7 +117,15 @@ def test_schema_and_files(report):
     assert "onnxruntime-genai" in meta["versions"] and "llama-cpp-python" in meta["versions"]
     flags = meta["machine"]["cpu_flags"]
     assert flags is None or all(f in Path("/proc/cpuinfo").read_text() for f in flags)
-    assert [r["method"] for r in doc["rows"]] == list(METHODS)
+    # the paper's rows, then a +lookup twin of each base row that ran (hybrid+lora's pass failed)
+    twins = ["spd-dm+ngram_pp+lookup", "l-dm+lookup", "hybrid+lookup"]
+    assert [r["method"] for r in doc["rows"]] == [*METHODS, *twins]
+    assert meta["settings"]["lookup"] == {"max_tokens": 6, "min_ngram": 2, "max_ngram": 4}
+    by_method = {r["method"]: r for r in doc["rows"]}
+    for name in twins:
+        twin, base = by_method[name], by_method[name.removesuffix("+lookup")]
+        assert twin["outputs_match_target_only"] is True and twin["draft_len"] == base["draft_len"]
+        assert twin["lookup_rounds"] >= 0 and base["lookup_rounds"] == 0 and base["lookup_acceptance"] is None
     for r in doc["rows"]:
         if r["status"] == "ok":
             assert all(f in r for f in ROW_FIELDS), set(ROW_FIELDS) - set(r)
@@ -479,7 +487,7 @@ def test_interrupt_keeps_finished_rows(pair, tmp_path, capsys, monkeypatch):
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["interrupted"] is True
     # math finished; text's rows were timed in lockstep with the interrupted one, so all are dropped
-    assert {r["stream"] for r in doc["rows"]} == {"math"} and len(doc["rows"]) == len(METHODS)
+    assert {r["stream"] for r in doc["rows"]} == {"math"} and len(doc["rows"]) == len(METHODS) + 1  # + a lookup twin
     assert {s["stream"] for s in doc["sweep"]} == {"math", "text"}
     assert doc["cache"]["eviction"] == [] and doc["peers"] == []
     assert "Interrupted" in (tmp_path / "bench.md").read_text()

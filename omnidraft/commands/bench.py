@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from omnidraft.commands import usable_cpus
-from omnidraft.commands._decoding import add_draft_length, add_no_splits
+from omnidraft.commands._decoding import add_draft_length, add_lookup, add_no_splits, lookup_config
 
 HELP = "benchmark methods, peers (HF assisted generation, prompt lookup) and the n-gram cache; JSON + tables + plots"
 
@@ -80,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="target calls per k of the verify cost curve, k = 1..16 (default 20; 0 skips it)",
     )
     add_no_splits(p)
+    add_lookup(p, note="; the METHOD+lookup rows decode with it, the paper's rows without")
     p.add_argument(
         "--draft-vocab",
         type=int,
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.no_eviction:
         s.eviction = False
     s.splits = not args.no_splits
+    s.lookup = lookup_config(args)
     if args.draft_vocab is not None:
         s.draft_vocab = args.draft_vocab or None
     report = run_bench(s)

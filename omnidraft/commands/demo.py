@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from omnidraft.commands._decoding import add_draft_length
+from omnidraft.commands._decoding import add_draft_length, add_lookup, lookup_config
 
 HELP = (
     "run the bundled drafter against the real targets (Qwen2.5-Coder-0.5B-Instruct on code and math, Gemma 3 270M "
@@ -54,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="executorch",
         help="LoRA gradients from the ExecuTorch training program (as on device) | eager",
     )
+    add_lookup(p, note="; omnidraft's rows decode with it")
     p.add_argument("--out", type=Path, default=Path("reports/demo"), help="report folder (JSON + PNG)")
 
 
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         pair=args.pair, streams=streams, backend=args.backend, draft_len=draft_len, out=args.out
     )
     s.gamma = args.gamma
+    s.lookup = lookup_config(args)
     if args.prompts is not None:
         if args.prompts < 1:
             raise InvalidArgument("--prompts must be >= 1")
