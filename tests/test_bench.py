@@ -410,6 +410,20 @@ def test_checks_follow_the_numbers():
     assert uag["holds"] is True and uag["values"]["ratio"] == 3.0
     rep["peers"][0]["outputs_match_target_only"] = False
     assert [c for c in must_show(rep) if "UAG" in c["claim"]][0]["holds"] is False
+    assert not [c for c in must_show(rep) if "llama.cpp" in c["claim"]]  # no llama.cpp rows: no claim
+    # the +lookup twin of an adapted row is an adapted row; the fastest own backend meets llama.cpp
+    rep["rows"].append(row("hybrid+lookup", 0.4, 1.9))
+    rep["peers"] += [
+        {"stream": "math", "name": "omnidraft-torch", "tokens_per_s": 12.0, "method": "hybrid"},
+        {"stream": "math", "name": "llama.cpp-target-only", "tokens_per_s": 20.0},
+        {"stream": "math", "name": "llama.cpp-prompt-lookup", "tokens_per_s": 31.0},
+        {"stream": "math", "name": "omnidraft-executorch", "status": "failed: boom"},
+    ]
+    m = {c["claim"]: c for c in must_show(rep)}
+    assert m["adapted wall-clock speedup >= 1.3x"]["values"]["method"] == "hybrid+lookup"
+    vs = m["omnidraft's best backend >= 1.5x llama.cpp target-only"]
+    assert vs["holds"] is True and vs["values"]["omnidraft"] == "omnidraft-ort" and vs["values"]["ratio"] == 1.5
+    assert m["omnidraft's best backend faster than llama.cpp prompt lookup"]["holds"] is False  # 30 vs 31
 
 
 def test_bound_formula():
