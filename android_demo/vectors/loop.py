@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from omnidraft.runtime.context_lookup import LookupConfig
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
 from omnidraft.runtime.speculative import DecodeConfig, RoundTrace, SpeculativeDecoder
@@ -255,6 +256,30 @@ RUNS = [
         "Unicode:",
         " café naïve 日本語のテキスト 👍🏽 emoji and CJK 中文 mixed with ascii text.",
         dict(temperature=0.0, draft_len=6, mode="ngram", max_new_tokens=40),
+        None,
+    ),
+    # Drafts copied from the context where the script repeats (runtime/context_lookup.py), greedy and sampled
+    # (q' = 1 per copied token; a target that often disagrees rejects some of them).
+    (
+        "greedy-ngram-lookup",
+        "The quick brown fox",
+        _FOX3,
+        dict(temperature=0.0, draft_len=3, mode="ngram", max_new_tokens=60, lookup=LookupConfig(5, 2, 4)),
+        None,
+    ),
+    (
+        "sample-dm-lookup",
+        "The quick brown fox",
+        _FOX3,
+        dict(
+            temperature=0.6,
+            draft_len=3,
+            mode="dm",
+            max_new_tokens=60,
+            seed=29,
+            target_slip=0.1,
+            lookup=LookupConfig(4, 1, 3),
+        ),
         None,
     ),
     (

@@ -209,6 +209,7 @@ public class MainActivity extends Activity {
             cfg.draftLen = "auto".equals(k) ? 0 : Integer.parseInt(k);
             cfg.temperature = Double.parseDouble(temperature.getText().toString().trim());
             cfg.maxNewTokens = Integer.parseInt(maxTokens.getText().toString().trim());
+            cfg.lookupMaxTokens = 6; // copy drafts where the context repeats, as the desktop runtime does
             cfg.validate();
         } catch (NumberFormatException e) {
             status.setText("Temperature and max new tokens must be numbers.");

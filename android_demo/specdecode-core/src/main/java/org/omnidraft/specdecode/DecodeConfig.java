@@ -10,6 +10,9 @@ public final class DecodeConfig {
     public int draftLen = 4;
     public String mode = NGRAM;
     public int lookbehind = 8;
+    /** Context lookup: tokens copied per round at most (0: off), and the suffix lengths that may match. */
+    public int lookupMaxTokens = 0;
+    public int lookupMinNgram = 2, lookupMaxNgram = 4;
 
     public void validate() throws InvalidArgumentException {
         if (!NGRAM.equals(mode) && !DM.equals(mode) && !TARGET_ONLY.equals(mode)) {
@@ -21,5 +24,10 @@ public final class DecodeConfig {
         if (draftLen < 0) throw new InvalidArgumentException("draft length K must be >= 1, or 0 for auto (got " + draftLen + ")");
         if (maxNewTokens < 1) throw new InvalidArgumentException("max new tokens must be >= 1 (got " + maxNewTokens + ")");
         if (lookbehind < 1) throw new InvalidArgumentException("lookbehind must be >= 1 (got " + lookbehind + ")");
+        if (lookupMaxTokens < 0) throw new InvalidArgumentException("context lookup tokens must be >= 0 (got " + lookupMaxTokens + "); 0 turns it off");
+        if (lookupMaxTokens > 0 && (lookupMinNgram < 1 || lookupMaxNgram < lookupMinNgram)) {
+            throw new InvalidArgumentException("context lookup n-grams must satisfy 1 <= min <= max (got "
+                    + lookupMinNgram + "-" + lookupMaxNgram + ")");
+        }
     }
 }

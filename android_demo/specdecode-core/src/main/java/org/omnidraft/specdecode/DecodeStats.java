@@ -8,6 +8,7 @@ public final class DecodeStats {
     public int ngramProposed;
     public int ngramHits; // merged n-gram tokens the target accepted
     public int ngramAdded;
+    public int lookupRounds, lookupProposed, lookupAccepted; // rounds copied from the context, not drafted
     public int drafterCalls;
     public int newTokens;
     public double seconds, drafterSeconds, targetSeconds;

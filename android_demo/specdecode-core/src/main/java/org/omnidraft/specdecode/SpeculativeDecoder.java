@@ -122,7 +122,7 @@ public final class SpeculativeDecoder {
         IntList ctxP = new IntList();
         ctxP.addAll(targetCodec.startIds);
         ctxP.addAll(targetCodec.encode(prompt));
-        int k = cfg.draftLen > 0 ? cfg.draftLen : 8;
+        int k = Math.max(cfg.draftLen > 0 ? cfg.draftLen : 8, cfg.lookupMaxTokens);
         int need = ctxP.size() + cfg.maxNewTokens + k + 1;
         if (need > target.maxSeqLen()) {
             throw new InvalidArgumentException("prompt (" + ctxP.size() + " target tokens) + " + cfg.maxNewTokens
@@ -243,11 +243,17 @@ public final class SpeculativeDecoder {
             long tStart = System.nanoTime();
             prefill();
             int textPos = dctx.textLength();
+            ContextIndex lookup = cfg.lookupMaxTokens > 0
+                    ? new ContextIndex(cfg.lookupMaxTokens, cfg.lookupMinNgram, cfg.lookupMaxNgram, ctxP.toArray()) : null;
             while (!done) {
+                // 0) Where the context repeats, copy what followed instead of drafting (q' = 1 per token).
+                int room = Math.min(target.maxSeqLen() - ctxP.size(), cfg.maxNewTokens - (ctxP.size() - nPrompt)) - 1;
+                int[] copied = lookup != null && room > 0 ? lookup.propose(room) : new int[0];
+                boolean isCopy = copied.length > 0;
                 // 1) Draft up to k tokens in the drafter's vocabulary (its KV cache holds idsQ[:cached]).
                 boolean[] m0 = draftMask(cfg.mode);
                 int[] idsQ = dctx.ids();
-                int kWant = auto != null ? auto.current() : cfg.draftLen;
+                int kWant = isCopy ? 0 : auto != null ? auto.current() : cfg.draftLen;
                 int k = Math.min(kWant, drafter.maxSeqLen() - idsQ.length);
                 int[] feed = Arrays.copyOfRange(idsQ, drafter.cachedLen(), idsQ.length);
                 IntList draftL = new IntList();
@@ -274,7 +280,7 @@ public final class SpeculativeDecoder {
                 stats.drafterCalls += k;
                 int[] draft = draftL.toArray();
                 // 2) Translate to target tokens: cached n-grams (longest first), else the direct map.
-                Translate.Translation tr = Translate.translate(draft, vocab, ngrams);
+                Translate.Translation tr = isCopy ? copiedTranslation(copied) : Translate.translate(draft, vocab, ngrams);
                 int m = tr.size();
                 // 3) Verify all m with one target call; rows[j] scores tr[j], rows[m] the bonus position.
                 int nCtx = ctxP.size();
@@ -294,14 +300,15 @@ public final class SpeculativeDecoder {
                         p = Sampling.softmax(rows[j], cfg.temperature, null);
                         double u = rng.next();
                         uniforms.add(u);
-                        ok = rule.accept(u, rule.proposalProb(j, tr, draft, qRows, vocab), p[t]);
+                        ok = rule.accept(u, isCopy ? 1.0 : rule.proposalProb(j, tr, draft, qRows, vocab), p[t]);
                     }
                     if (!ok) break;
                     j++;
                 }
                 int extra;
                 if (j < m && !greedy) {
-                    double[] dist = rule.correction(p, j, tr, draft, qRows, vocab);
+                    double[] dist = isCopy ? Sampling.residual(p, oneHot(tr.targetIds.get(j), p.length))
+                            : rule.correction(p, j, tr, draft, qRows, vocab);
                     double u = rng.next();
                     uniforms.add(u);
                     extra = Sampling.draw(dist, u);
@@ -320,7 +327,14 @@ public final class SpeculativeDecoder {
                 for (int i = 0; i < j; i++) accepted[i] = tr.targetIds.get(i);
                 accepted[j] = extra;
                 int[] fresh = commit(accepted);
-                if (auto != null) auto.update(m, j);
+                if (lookup != null) lookup.extend(fresh);
+                if (isCopy) {
+                    stats.lookupRounds++;
+                    stats.lookupProposed += m;
+                    stats.lookupAccepted += j;
+                } else if (auto != null) {
+                    auto.update(m, j);
+                }
                 // 6) Reverse translation: re-tokenize the accepted text for the drafter, harvest n-grams.
                 List<int[]> spans = new ArrayList<int[]>();
                 ByteArrayOutputStream joined = new ByteArrayOutputStream();
@@ -368,5 +382,21 @@ public final class SpeculativeDecoder {
             }
             return result(tStart);
         }
+    }
+
+    private static Translate.Translation copiedTranslation(int[] copied) {
+        Translate.Translation tr = new Translate.Translation();
+        for (int t : copied) {
+            tr.targetIds.add(t);
+            tr.spans.add(new int[] {0, 0});
+            tr.keys.add(null);
+        }
+        return tr;
+    }
+
+    private static double[] oneHot(int t, int n) {
+        double[] q = new double[n];
+        q[t] = 1.0;
+        return q;
     }
 }

@@ -90,6 +90,12 @@ public class LoopVectorTest {
         cfg.draftLen = ((Long) c.get("draft_len")).intValue();
         cfg.mode = (String) c.get("mode");
         cfg.lookbehind = ((Long) c.get("lookbehind")).intValue();
+        if (c.get("lookup") != null) {
+            Map<String, Object> lk = Json.asObject(c.get("lookup"), "lookup");
+            cfg.lookupMaxTokens = ((Long) lk.get("max_tokens")).intValue();
+            cfg.lookupMinNgram = ((Long) lk.get("min_ngram")).intValue();
+            cfg.lookupMaxNgram = ((Long) lk.get("max_ngram")).intValue();
+        }
         double[] us = doubles(r.get("uniforms"));
         final int[] used = {0};
         final Uniforms rec = Uniforms.recorded(us);
@@ -165,6 +171,8 @@ public class LoopVectorTest {
         assertEquals("ngram hits", ((Long) st.get("ngram_hits")).intValue(), res.stats.ngramHits);
         assertEquals("ngram added", ((Long) st.get("ngram_added")).intValue(), res.stats.ngramAdded);
         assertEquals("drafter calls", ((Long) st.get("drafter_calls")).intValue(), res.stats.drafterCalls);
+        assertEquals("rounds copied from the context", ((Long) st.get("lookup_rounds")).intValue(), res.stats.lookupRounds);
+        assertEquals("copied tokens accepted", ((Long) st.get("lookup_accepted")).intValue(), res.stats.lookupAccepted);
         assertEquals("new tokens", ((Long) st.get("new_tokens")).intValue(), res.stats.newTokens);
         assertEquals("n-gram cache file after the run", r.get("cache_after"), new String(ReplayOutcome.lastCache.serialise(), Utf8.UTF8));
     }
@@ -179,10 +187,12 @@ public class LoopVectorTest {
     @Test public void samplingHotTemperatureRunMatchesPython() throws Exception { check("sample-ngram-hot"); }
     @Test public void greedyWarmCacheRunMatchesPython() throws Exception { check("greedy-ngram-warm"); }
     @Test public void samplingRejectionsOnMergedNgramsMatchPython() throws Exception { check("sample-ngram-eq2"); }
+    @Test public void greedyContextLookupRunMatchesPython() throws Exception { check("greedy-ngram-lookup"); }
+    @Test public void samplingContextLookupRunMatchesPython() throws Exception { check("sample-dm-lookup"); }
 
     @Test
     public void vectorsCoverMergedTokensHitsAndRejections() {
-        int hits = 0, merged = 0, rejections = 0, evictionRuns = 0;
+        int hits = 0, merged = 0, rejections = 0, evictionRuns = 0, copiedAccepted = 0, copiedRejected = 0;
         for (Object o : Json.asArray(vectors().get("runs"), "runs")) {
             Map<String, Object> r = Json.asObject(o, "run");
             Map<String, Object> st = Json.asObject(r.get("stats"), "stats");
@@ -190,12 +200,16 @@ public class LoopVectorTest {
             merged += ((Long) st.get("ngram_proposed")).intValue();
             rejections += ((Long) st.get("proposed")).intValue() - ((Long) st.get("accepted")).intValue();
             Map<String, Object> after = Json.asObject(Json.parse((String) r.get("cache_after")), "cache");
+            copiedAccepted += ((Long) st.get("lookup_accepted")).intValue();
+            copiedRejected += ((Long) st.get("lookup_proposed")).intValue() - ((Long) st.get("lookup_accepted")).intValue();
             if (after.get("capacity") != null && ((Long) st.get("ngram_added")) > ((Long) after.get("capacity"))) evictionRuns++;
         }
         assertTrue("no accepted n-gram in the vectors", hits > 0);
         assertTrue("no merged proposal in the vectors", merged > 0);
         assertTrue("no rejection in the vectors", rejections > 0);
         assertTrue("no eviction in the vectors", evictionRuns > 0);
+        assertTrue("no accepted copied token in the vectors", copiedAccepted > 0);
+        assertTrue("no rejected copied token in the vectors", copiedRejected > 0);
     }
 
     static List<String> runNames(String file) {
