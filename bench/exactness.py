@@ -18,6 +18,7 @@ from omnidraft.bench import token_classes
 from omnidraft.bench.token_classes import ClassCounts, tally
 from omnidraft.errors import ContextOverflow
 from omnidraft.models.streams import STREAMS, load_stream
+from omnidraft.runtime.context_lookup import LookupConfig
 from omnidraft.runtime.speculative import DecodeConfig
 
 MODES = ("dm", "ngram")
@@ -33,6 +34,7 @@ class StreamCheck:
     proposed: int = 0
     accepted: int = 0
     skipped: int = 0  # prompts that do not fit a model's context with the new tokens
+    copied_rounds: int = 0  # rounds that copied their draft from the context (with a lookup)
     mismatches: list[str] = field(default_factory=list)  # prompt ids whose outputs differ
     by_class: dict[str, ClassCounts] = field(default_factory=dict)  # bench/token_classes.py
 
@@ -54,12 +56,14 @@ def check_pair(
     max_new_tokens: int = 32,
     draft_len: int = 4,
     modes: tuple[str, ...] = MODES,
+    lookup: LookupConfig | None = None,
     chat_from: Path | None = None,
     progress: Callable[[str, StreamCheck], None] | None = None,
 ) -> tuple[dict, list[StreamCheck]]:
     """Each stream's first ``prompts`` held-out prompts, target-only and in each mode; returns (pair
     description, one check per stream and mode). ``chat_from``: the folder whose chat template wraps
-    the prompts (default: the target's own)."""
+    the prompts (default: the target's own). ``lookup``: rounds may also copy drafts from the context,
+    as `generate` does by default."""
     from omnidraft.runtime.session import open_pair
 
     base = open_pair(target, drafter)
@@ -89,7 +93,7 @@ def check_pair(
                     continue
                 got = dec.generate(
                     p.prompt,
-                    DecodeConfig(max_new_tokens=max_new_tokens, mode=mode, draft_len=draft_len),
+                    DecodeConfig(max_new_tokens=max_new_tokens, mode=mode, draft_len=draft_len, lookup=lookup),
                     trace=True,
                 )
                 tally(got.rounds, dec.target.codec.decode, check.by_class)
@@ -97,6 +101,7 @@ def check_pair(
                 check.tokens += len(got.token_ids)
                 check.proposed += got.stats.proposed
                 check.accepted += got.stats.accepted
+                check.copied_rounds += got.stats.lookup_rounds
                 if got.token_ids == refs[p.id].token_ids:
                     check.identical += 1
                 else:

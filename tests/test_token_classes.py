@@ -59,3 +59,14 @@ def test_exactness_reports_acceptance_by_class(make_tiny_pair, tmp_path, capsys)
         assert sum(c["proposed"] for c in by) == row["proposed"] and sum(c["accepted"] for c in by) == row["accepted"]
         assert sum(c["written"] for c in by) == row["tokens"]
         assert all(c["covered"] <= c["written"] and c["accepted"] <= c["proposed"] for c in by)
+
+
+def test_exactness_checks_the_pair_with_copied_drafts_too(make_tiny_pair, tmp_path, capsys):
+    d, t = make_tiny_pair(512)
+    out = tmp_path / "exact.json"
+    argv = ["exactness", "--drafter", str(d), "--target", str(t), "--streams", "code", "--prompts", "3"]
+    code = main([*argv, "--max-new-tokens", "24", "--lookup", "4", "--lookup-ngram", "1-3", "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    rows = json.loads(out.read_text())["streams"]
+    assert rows and all(r["identical"] == r["prompts"] == 3 for r in rows)
+    assert sum(r["copied_rounds"] for r in rows) > 0

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from omnidraft.commands._decoding import add_draft_length
+from omnidraft.commands._decoding import add_draft_length, add_lookup, lookup_config
 
 HELP = "check that a drafter/target pair's greedy speculative output equals target-only on held-out prompts"
 
@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     add_draft_length(p, auto=False)
     p.add_argument("--modes", default="dm,ngram", help="drafting modes to check, comma-separated: dm, ngram")
+    add_lookup(p, default=0, note="; acceptance then counts copied and drafted tokens together")
     p.add_argument(
         "--chat-from", help="model folder or name whose chat template wraps the prompts (default: the target's)"
     )
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         draft_len=args.draft_len,
         modes=modes,
+        lookup=lookup_config(args),
         chat_from=resolve(args.chat_from) if args.chat_from else None,
         progress=progress,
     )
