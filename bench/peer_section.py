@@ -35,9 +35,7 @@ def best_method(bench: Bench, st: _Stream, backend: str | None = None) -> str | 
         if r["stream"] == st.name
         and r.get("status") == "ok"
         and r["method"] != "target-only"
-        and (
-            r["method"].removesuffix(LOOKUP) in REPLAYABLE or adapted_rows.replayable(r["method"].removesuffix(LOOKUP))
-        )
+        and ((base := r["method"].removesuffix(LOOKUP)) in REPLAYABLE or adapted_rows.replayable(base))
         and not (backend == "executorch" and r["method"] in NEEDS_HEAD)
     ]
     return max(rows, key=lambda r: r["tokens_per_s"])["method"] if rows else None
