@@ -6,6 +6,7 @@ Layout of a state folder (one base drafter, many targets)::
     <state>/<target-id>/drafter/            the drafter with W + s*BA folded in (HF folder)
     <state>/<target-id>/drafter-<format>/   the merged drafter re-lowered by `omnidraft export`
     <state>/<target-id>/ngram_cache.json    the pair's n-gram cache
+    <state>/<target-id>/answer_memory.json  the target's answers so far (runtime/answer_memory.py)
 
 The safetensors header records who the delta belongs to (drafter and target tokenizer sha256 and
 base-weights sha256); loading it for any other pair is refused. Folders are replaced by writing a

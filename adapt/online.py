@@ -211,7 +211,11 @@ class OnlineAdapter:
         self.ident = delta.PairIdentity.of(drafter, target)
         self.dir = delta.pair_dir(state, self.ident)
         self.cache_path = self.dir / "ngram_cache.json"
-        self.decoder = open_pair(Path(target), self.drafter_path, cache_path=self.cache_path)
+        # Every answer the pass decodes is remembered: what the deployed decoder copies from (bench +lookup rows).
+        self.memory_path = self.dir / "answer_memory.json"
+        self.decoder = open_pair(
+            Path(target), self.drafter_path, cache_path=self.cache_path, memory_path=self.memory_path
+        )
         if self.decoder.drafter.source != "hf":
             raise InvalidArgument(
                 f"--drafter {drafter} is an export folder; adaptation trains the HF weights, "
@@ -437,6 +441,7 @@ class OnlineAdapter:
         sched = self.cfg.schedule
         info = {"updates": self.updates, "mode": sched.mode, "loss": self.cfg.distill.loss, "rank": sched.rank}
         self.decoder.cache.save(self.cache_path)
+        self.decoder.memory.save(self.memory_path)
         if sched.mode == "lora":
             delta.save_adapter(self.model, self.dir / "adapter", self.ident, info)
         extra = None

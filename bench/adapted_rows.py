@@ -102,6 +102,7 @@ def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len:
     done[(stream, method)] = info = {
         "drafter": ad.dir / "drafter",
         "cache": ad.cache_path if Path(ad.cache_path).is_file() else None,
+        "memory": ad.memory_path if Path(ad.memory_path).is_file() else None,
         "summary": {
             "train_prompts": len(log.acceptance),
             "updates": ad.updates,

@@ -19,6 +19,7 @@ from omnidraft.bench.bundled import DRAFT_VOCAB, check_bundled, drafter_export, 
 from omnidraft.bench.demo import BACKENDS, DRAFTER_DEVICES
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.answer_memory import AnswerMemory
 from omnidraft.runtime.backends.base import DRAFTER_THREADS
 from omnidraft.runtime.context_lookup import LookupConfig
 from omnidraft.runtime.loader import LoadedModel, check_hf_folder, load_model
@@ -159,11 +160,19 @@ class Engine:
     def load_cache(self, path: Path) -> NgramCache:
         return NgramCache.load(path, *self.cache_args, self.target.backend.vocab_size)
 
-    def decoder(self, cache: NgramCache | None = None, drafter: LoadedModel | None = None) -> SpeculativeDecoder:
+    def decoder(
+        self, cache: NgramCache | None = None, drafter: LoadedModel | None = None, memory: AnswerMemory | None = None
+    ) -> SpeculativeDecoder:
         # A fresh decoder per job: its draft mask is keyed on the cache it was built with.
         return SpeculativeDecoder(
-            self.target, drafter or self.drafter, cache if cache is not None else self.new_cache()
+            self.target, drafter or self.drafter, cache if cache is not None else self.new_cache(), memory=memory
         )
+
+    def new_memory(self) -> AnswerMemory:
+        return AnswerMemory(self.target.codec.sha256)
+
+    def load_memory(self, path: Path) -> AnswerMemory:
+        return AnswerMemory.load(path, self.target.codec.sha256, self.target.backend.vocab_size)
 
     def warm_up(self, prompt: str, drafter: LoadedModel | None = None) -> None:
         """One short untimed decode per mode (on a throwaway cache), so first-call costs (allocations,
@@ -188,11 +197,12 @@ class Engine:
         on_result=None,
         max_draft_len: int = 16,
         lookup: LookupConfig | None = None,
+        memory: AnswerMemory | None = None,
     ) -> Job:
         """``draft_len`` "auto": adaptive drafting at ``gamma``, or tuned per prompt by ``tune`` (a
         runtime.gamma.GammaController, fed each traced prompt); ``on_result`` gets each traced
-        DecodeResult (calibration)."""
-        dec = self.decoder(cache, drafter)
+        DecodeResult (calibration); ``memory`` learns every answer of the job (and proposes with ``lookup``)."""
+        dec = self.decoder(cache, drafter, memory)
         cfg = DecodeConfig(
             max_new_tokens=max_new_tokens,
             draft_len=draft_len,
@@ -236,10 +246,19 @@ class Engine:
         on_verified=None,
         progress: bool = True,
         drafter: LoadedModel | None = None,
+        memory: AnswerMemory | None = None,
     ) -> StreamRun:
-        """A single job over ``prompts`` (a pass that fills a cache, not a timed comparison)."""
+        """A single job over ``prompts`` (a pass that fills a cache and a memory, not a timed comparison)."""
         job = self.job(
-            label, prompts, mode, draft_len, max_new_tokens, cache=cache, on_verified=on_verified, drafter=drafter
+            label,
+            prompts,
+            mode,
+            draft_len,
+            max_new_tokens,
+            cache=cache,
+            on_verified=on_verified,
+            drafter=drafter,
+            memory=memory,
         )
         return interleave([job], len(prompts), label, progress)[label]
 

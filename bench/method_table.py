@@ -88,6 +88,7 @@ class _Stream:
     ks: dict[str, int] = field(default_factory=dict)  # adapted rows' own best fixed K
     full_cache_entries: int = 0
     pp_cache: Path | None = None
+    pp_memory: Path | None = None
     pp_prompts: int = 0
 
 
@@ -315,9 +316,15 @@ class Bench:
         if s.train_prompts:
             tracker = trackers["spd-dm+ngram_pp"] = GrowthTracker(eng.new_cache())
             pre = self._pick(eng, train, s.train_prompts)
-            eng.run(pre, "ngram", k, mnt, f"{name}: pre-collect cache (train)", tracker.cache, tracker, self.progress)
+            memory = eng.new_memory()
+            eng.run(
+                pre, "ngram", k, mnt, f"{name}: pre-collect cache (train)", tracker.cache, tracker, self.progress,
+                memory=memory,
+            )  # fmt: skip
             st.pp_cache = s.out / "state" / f"ngram_cache.{name}.train.json"
             tracker.cache.save(st.pp_cache)
+            st.pp_memory = s.out / "state" / f"answer_memory.{name}.train.json"
+            memory.save(st.pp_memory)
             st.pp_prompts = len(pre)
             jobs.append(eng.job("spd-dm+ngram_pp", prompts, "ngram", k, mnt, cache=tracker.cache, on_verified=tracker))
             kinds["spd-dm+ngram_pp"] = f"pre-collected on {len(pre)} train prompts, then online"
@@ -421,15 +428,19 @@ class Bench:
 
     def lookup_jobs(self, eng: Engine, st: _Stream, jobs: list, kinds: dict) -> list:
         """A METHOD+lookup twin of each row in LOOKUP_BASES that runs: its drafter, its K and a copy of
-        the cache it starts from, with the context lookup on (its pass is reported once, on its base)."""
+        the cache it starts from, with the context lookup on and the answer memory its pass left (the
+        train prompts' answers; its pass is reported once, on its base), which keeps learning online."""
         if self.s.lookup is None:
             return []
         out, by_name = [], {j.name: j for j in jobs}
         for method in LOOKUP_BASES:
             if method not in by_name:
                 continue
-            path = st.pp_cache if method == "spd-dm+ngram_pp" else self.adapted.get((st.name, method), {}).get("cache")
+            info = self.adapted.get((st.name, method), {})
+            pp = method == "spd-dm+ngram_pp"
+            path, mem = (st.pp_cache, st.pp_memory) if pp else (info.get("cache"), info.get("memory"))
             cache = eng.load_cache(Path(path)) if path else eng.new_cache()
+            memory = eng.load_memory(Path(mem)) if mem else eng.new_memory()
             name = method + LOOKUP
             k = st.ks.get(method, st.draft_len)
             drafter = by_name[method].decoder.drafter
@@ -443,6 +454,7 @@ class Bench:
                     cache=cache,
                     drafter=drafter,
                     lookup=self.s.lookup,
+                    memory=memory,
                 )
             )
             st.ks[name] = k

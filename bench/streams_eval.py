@@ -45,6 +45,8 @@ class StreamRun:
             "split_tokens_per_step": round(s.split_accepted / s.steps, 4) if s.steps else 0.0,
             "lookup_rounds": s.lookup_rounds,
             "lookup_acceptance": round(s.lookup_accepted / s.lookup_proposed, 4) if s.lookup_proposed else None,
+            "memory_rounds": s.memory_rounds,
+            "memory_acceptance": round(s.memory_accepted / s.memory_proposed, 4) if s.memory_proposed else None,
             "tokens_per_s": round(self.tokens_per_s, 2),
             "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "new_tokens": s.new_tokens,

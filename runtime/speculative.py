@@ -2,7 +2,8 @@
 
 One round (``_Run.speculative``), one method per step: ``_draft`` k drafter tokens (the
 draft-length policy of runtime/draft_length says when to stop), or ``_copy`` them from the context
-where it repeats (runtime/context_lookup.py; those need no translation) -> ``_translate`` them to m target
+where it repeats (runtime/context_lookup.py) or from earlier answers (runtime/answer_memory.py; copies
+need no translation) -> ``_translate`` them to m target
 tokens -> ``_verify`` all m with ONE target call -> ``_accept`` (greedy: exact argmax match;
 sampling: u < p/q'), then a correction or bonus token -> commit, rolling the target's KV cache back
 -> ``_resync`` the drafter (re-tokenize the accepted text into its context, harvest n-grams, crop
@@ -22,6 +23,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
+from omnidraft.runtime.answer_memory import AnswerMemory
 from omnidraft.runtime.backends.base import last_row, last_row_accept
 from omnidraft.runtime.context_lookup import ContextIndex, LookupConfig
 from omnidraft.runtime.draft_length.head_file import require_head
@@ -128,9 +130,12 @@ class DecodeStats:
     ngram_added: int = 0
     split_proposed: int = 0  # target tokens proposed through a split drafter token
     split_accepted: int = 0
-    lookup_rounds: int = 0  # rounds that proposed tokens copied from the context instead of drafting
+    lookup_rounds: int = 0  # rounds that proposed copied tokens (context or answer memory) instead of drafting
     lookup_proposed: int = 0
     lookup_accepted: int = 0
+    memory_rounds: int = 0  # of those, the rounds the answer memory proposed
+    memory_proposed: int = 0
+    memory_accepted: int = 0
     drafter_calls: int = 0
     new_tokens: int = 0
     seconds: float = 0.0
@@ -207,10 +212,16 @@ class DecodeResult:
 
 
 class SpeculativeDecoder:
-    """A drafter/target pair with its direct map and (optional) n-gram cache."""
+    """A drafter/target pair with its direct map, (optional) n-gram cache and (optional) answer memory,
+    which learns every generation and proposes in rounds where the context lookup finds nothing."""
 
     def __init__(
-        self, target: LoadedModel, drafter: LoadedModel | None = None, cache: NgramCache | None = None
+        self,
+        target: LoadedModel,
+        drafter: LoadedModel | None = None,
+        cache: NgramCache | None = None,
+        *,
+        memory: AnswerMemory | None = None,
     ) -> None:
         if target.info.get("draft_vocab"):
             raise InvalidArgument(
@@ -218,7 +229,7 @@ class SpeculativeDecoder:
                 f"{target.info['draft_vocab']} tokens (--draft-vocab); a target must score every "
                 "token: re-export it without --draft-vocab"
             )
-        self.target, self.drafter, self.cache = target, drafter, cache
+        self.target, self.drafter, self.cache, self.memory = target, drafter, cache, memory
         self.vocab: VocabMap | None = None
         if drafter is not None:
             self.vocab = build_vocab_map(
@@ -281,7 +292,10 @@ class SpeculativeDecoder:
             require_head(self.drafter.backend, self.drafter.path, "--draft-len auto")
         run = _Run(self, prompt, ctx_p, cfg, on_text, trace, rng or np.random.default_rng(cfg.seed))
         run.on_verified = on_verified
-        return run.speculative() if cfg.drafts else run.target_only()
+        result = run.speculative() if cfg.drafts else run.target_only()
+        if self.memory is not None:
+            self.memory.add(run.ctx_p)
+        return result
 
 
 @dataclass
@@ -297,7 +311,8 @@ class _Draft:
     call_seconds: list[float]  # per drafter call: the online controller replays shorter drafts from these
     exact: ExactNgrams | None  # exact n-gram sampling: each drafted token stands for one target token
     translation: Translation | None  # built while drafting under exact sampling, or copied
-    copied: bool = False  # the context lookup's tokens: each proposed with certainty (q' = 1)
+    copied: bool = False  # the context lookup's or memory's tokens: each proposed with certainty (q' = 1)
+    remembered: bool = False  # copied from the answer memory
 
 
 class _Run:
@@ -417,6 +432,10 @@ class _Run:
                     self.stats.lookup_rounds += 1
                     self.stats.lookup_proposed += len(tr)
                     self.stats.lookup_accepted += j
+                if d.remembered:
+                    self.stats.memory_rounds += 1
+                    self.stats.memory_proposed += len(tr)
+                    self.stats.memory_accepted += j
             if self.rounds is not None:
                 self.rounds.append(
                     RoundTrace(
@@ -427,17 +446,23 @@ class _Run:
         return self._result(t_start)
 
     def _copy(self, lookup: ContextIndex | None) -> _Draft | None:
-        """The round's proposal copied from the context, where its suffix occurred before (else None:
-        the drafter drafts). No drafter call: its context catches up at the next draft."""
+        """The round's proposal copied from the context, where its suffix occurred before, else from the
+        answer memory (else None: the drafter drafts). No drafter call: its context catches up at the
+        next draft."""
         if lookup is None:
             return None
         used = len(self.ctx_p) - self.n_prompt
         room = min(self.dec.target.backend.max_seq_len - len(self.ctx_p), self.cfg.max_new_tokens - used) - 1
-        ids = lookup.propose(room) if room > 0 else []
+        if room <= 0:
+            return None
+        ids, memory = lookup.propose(room), self.dec.memory
+        remembered = not ids and memory is not None
+        if remembered:
+            ids = memory.propose(self.ctx_p, min(room, self.cfg.lookup.max_tokens))
         if not ids:
             return None
         tr = Translation(list(ids), [(0, 0)] * len(ids), [None] * len(ids))
-        return _Draft(self.dctx.ids, [], [], [], [], [], [], None, tr, copied=True)
+        return _Draft(self.dctx.ids, [], [], [], [], [], [], None, tr, copied=True, remembered=remembered)
 
     def _draft(self) -> _Draft:
         """Draft up to K drafter tokens from the drafter's context (its KV cache holds a prefix of it);

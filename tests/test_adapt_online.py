@@ -83,7 +83,7 @@ def test_cli_run_writes_report_and_per_target_state(pair, tmp_path, capsys):
         assert (out / f).stat().st_size > 0
     state = Path(rep["state"])
     assert state.parent == out / "state" and state.name == rep["target_id"]
-    assert {p.name for p in state.iterdir()} == {"adapter", "drafter", "ngram_cache.json"}
+    assert {p.name for p in state.iterdir()} == {"adapter", "drafter", "ngram_cache.json", "answer_memory.json"}
     # A second run on the same state resumes from the saved adapter.
     rc = main(
         [

@@ -41,6 +41,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_no_splits(p)
     add_lookup(p)
     p.add_argument(
+        "--lookup-memory",
+        type=Path,
+        metavar="FILE",
+        help="answer memory of this target: rounds with no context match copy what the target wrote after "
+        "the same tokens in earlier runs; loaded if present, this run's answer added and saved after it "
+        "(with --lookup 0 it only records)",
+    )
+    p.add_argument(
         "--ngram-sampling",
         default="exact",
         help="temperature > 0 with merged n-grams: exact (default; proposes only what it can score, so "
@@ -82,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         cache_path=args.cache,
         cache_capacity=args.cache_capacity,
         accept_head=args.accept_head,
+        memory_path=args.lookup_memory,
     )
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     result = decoder.generate(prompt, cfg, on_text=stream)
@@ -100,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         "lookup_rounds": st.lookup_rounds,
         "lookup_proposed": st.lookup_proposed,
         "lookup_accepted": st.lookup_accepted,
+        "memory_rounds": st.memory_rounds,
+        "memory_accepted": st.memory_accepted,
+        "memory_generations": len(decoder.memory) if decoder.memory is not None else 0,
         "ngram_cache_size": len(decoder.cache) if decoder.cache is not None else 0,
         "new_tokens": st.new_tokens,
         "seconds": round(st.seconds, 4),
@@ -115,9 +127,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"[{cfg.mode}] {st.new_tokens} tokens in {st.seconds:.2f}s ({st.new_tokens / max(st.seconds, 1e-9):.1f} tok/s), "
             f"{st.steps} target calls, acceptance {st.acceptance_rate:.2f}, {st.tokens_per_step:.2f} tokens/call, "
-            f"n-gram hits {st.ngram_hits}, {st.lookup_rounds} rounds copied from the context, outside-model time {100 * st.overhead_fraction:.0f}%",
+            f"n-gram hits {st.ngram_hits}, {st.lookup_rounds} rounds copied ({st.memory_rounds} from the answer memory), outside-model time {100 * st.overhead_fraction:.0f}%",
             file=sys.stderr,
         )
     if args.cache is not None and decoder.cache is not None:
         save_cache(decoder.cache, args.cache)  # after the result: a cache that cannot be saved costs no output
+    if args.lookup_memory is not None:
+        decoder.memory.save(args.lookup_memory)
     return 0
