@@ -30,6 +30,7 @@ from omnidraft.bench.settings import LOOKUP, BenchSettings, validate
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import OmnidraftError
 from omnidraft.models.streams import load_stream
+from omnidraft.runtime.answer_memory import AnswerMemory
 from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
 from omnidraft.runtime.speculative import DecodeConfig
 
@@ -436,11 +437,9 @@ class Bench:
         for method in LOOKUP_BASES:
             if method not in by_name:
                 continue
-            info = self.adapted.get((st.name, method), {})
-            pp = method == "spd-dm+ngram_pp"
-            path, mem = (st.pp_cache, st.pp_memory) if pp else (info.get("cache"), info.get("memory"))
+            path = st.pp_cache if method == "spd-dm+ngram_pp" else self.adapted.get((st.name, method), {}).get("cache")
             cache = eng.load_cache(Path(path)) if path else eng.new_cache()
-            memory = eng.load_memory(Path(mem)) if mem else eng.new_memory()
+            memory = self.pass_memory(eng, st, method)
             name = method + LOOKUP
             k = st.ks.get(method, st.draft_len)
             drafter = by_name[method].decoder.drafter
@@ -460,6 +459,11 @@ class Bench:
             st.ks[name] = k
             kinds[name] = kinds.get(method)
         return out
+
+    def pass_memory(self, eng: Engine, st: _Stream, method: str) -> AnswerMemory:
+        """A copy of the answer memory METHOD's pass over the train prompts left (empty without one)."""
+        path = st.pp_memory if method == "spd-dm+ngram_pp" else self.adapted.get((st.name, method), {}).get("memory")
+        return eng.load_memory(Path(path)) if path else eng.new_memory()
 
     def eviction(self, eng: Engine, st: _Stream) -> None:
         """Paper Table 14: the online cache capped at 1/4 and 1/2 of its full size, LFU vs LRU, timed in

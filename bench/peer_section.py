@@ -84,6 +84,7 @@ def _own_jobs(bench: Bench, st: _Stream, backend: str, method: str) -> list:
             drafter=drafter,
             tune=tune,
             lookup=lookup,
+            memory=bench.pass_memory(eng, st, method) if lookup is not None else None,
         ),
     ]
 

@@ -126,6 +126,9 @@ def test_schema_and_files(report):
         twin, base = by_method[name], by_method[name.removesuffix("+lookup")]
         assert twin["outputs_match_target_only"] is True and twin["draft_len"] == base["draft_len"]
         assert twin["lookup_rounds"] >= 0 and base["lookup_rounds"] == 0 and base["lookup_acceptance"] is None
+        assert 0 <= twin["memory_rounds"] <= twin["lookup_rounds"] and base["memory_rounds"] == 0
+    # the pre-collect pass keeps its answers for its twin
+    assert any((Path(meta["settings"]["out"]) / "state").glob("answer_memory.*.train.json"))
     for r in doc["rows"]:
         if r["status"] == "ok":
             assert all(f in r for f in ROW_FIELDS), set(ROW_FIELDS) - set(r)
