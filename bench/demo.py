@@ -14,7 +14,7 @@ from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
 from omnidraft.runtime.context_lookup import LookupConfig
 from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
-from omnidraft.runtime.speculative import DecodeConfig
+from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
 
 BACKENDS = {
     "ort": ("onnx", "int8"),
@@ -138,9 +138,10 @@ def markdown_table(rows: list[dict], cols: list[tuple[str, str]]) -> str:
 
 def _adapt(
     s: DemoSettings, name: str, pair: DemoPair, target_path: Path, state: Path, progress: bool
-) -> tuple[Path, Path, dict]:
+) -> tuple[Path, Path, Path, dict]:
     """One pass of online adaptation over the stream's first train prompts: returns the adapted
-    drafter (exported for the demo's backend), its n-gram cache, and a summary."""
+    drafter (exported for the demo's backend), its n-gram cache, the answer memory of the pass (the
+    target's answers to those prompts), and a summary."""
     from tqdm import tqdm
 
     from omnidraft.adapt.online import (
@@ -221,7 +222,7 @@ def _adapt(
     if auto:
         summary["gamma"] = round(ad.gamma_ctl.gamma if ad.gamma_ctl is not None else s.gamma, 4)
         summary["k_max"] = ad.gamma_ctl.k_max if ad.gamma_ctl is not None else DecodeConfig().max_draft_len
-    return merged, ad.cache_path, summary
+    return merged, ad.cache_path, ad.memory_path, summary
 
 
 def _warm_up(dec, prompt: str) -> None:
@@ -288,10 +289,15 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
         )
         for name in pair.streams:
             prompts = [p.prompt for p in load_stream(name, "test", target=pair.target)[: s.prompts]]
-            dec = open_pair(target_path, drafter_path)
+            # The answer memory starts empty, like the n-gram cache, and learns each answer as it goes;
+            # target-only decodes through a decoder of its own, so the memory never sees its answers.
+            dec = open_pair(target_path, drafter_path, memory_path=state / pair.label / f"answer_memory.{name}.json")
+            plain = {"target-only": SpeculativeDecoder(dec.target)}
             _warm_up(dec, prompts[0])
             only = DecodeConfig(max_new_tokens=s.max_new_tokens, mode="target-only")
-            runs = run_lockstep(dec, prompts, {"target-only": only, "omnidraft": cfg}, f"{pair.label} {name}", progress)
+            runs = run_lockstep(
+                dec, prompts, {"target-only": only, "omnidraft": cfg}, f"{pair.label} {name}", progress, decoders=plain
+            )
             base, spec = runs["target-only"], runs["omnidraft"]
             # "as shipped": the drafter before any online adaptation (no user data; it may have learned
             # from the targets offline, as bundled/drafter-teachers did)
@@ -300,10 +306,11 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
             if stop := base.interrupted or spec.interrupted:
                 break
             if s.adapt_prompts and name in s.adapt_streams:
-                adapted, cache_path, adaptation[f"{pair.label}/{name}"] = _adapt(
+                adapted, cache_path, memory_path, adaptation[f"{pair.label}/{name}"] = _adapt(
                     s, name, pair, target_path, state / pair.label, progress
                 )
-                dec = open_pair(target_path, adapted, cache_path=cache_path)
+                dec = open_pair(target_path, adapted, cache_path=cache_path, memory_path=memory_path)
+                plain = {"target-only": SpeculativeDecoder(dec.target)}
                 _warm_up(dec, prompts[0])
                 # --draft-len auto keeps --gamma and K_max 16 rather than the pass's tuned setting: the pass
                 # drafts with the eager drafter (~5x the exported drafter's cost per call), so that
@@ -316,7 +323,12 @@ def run_demo(s: DemoSettings, progress: bool = True) -> dict:
                 # target-only again, beside the adapted drafter: the pass ran in between, and the machine's
                 # load then is not what it was for the first pair of rows
                 runs = run_lockstep(
-                    dec, prompts, {"target-only": only, "omnidraft adapted": acfg}, f"{pair.label} {name}", progress
+                    dec,
+                    prompts,
+                    {"target-only": only, "omnidraft adapted": acfg},
+                    f"{pair.label} {name}",
+                    progress,
+                    decoders=plain,
                 )
                 base, after = runs["target-only"], runs["omnidraft adapted"]
                 phase = "adapted + adaptive K" if auto else "adapted"
@@ -353,7 +365,8 @@ def summary_table(report: dict) -> str:
             ("acceptance_rate", "acceptance"),
             ("tokens_per_step", "tokens/target call"),
             ("ngram_hits_per_step", "n-gram hits/step"),
-            ("lookup_rounds", "rounds copied from context"),
+            ("lookup_rounds", "rounds copied"),
+            ("memory_rounds", "of them from earlier answers"),
             ("ngram_cache_entries", "cache entries"),
             ("identical_to_target_only", "identical output"),
         ],

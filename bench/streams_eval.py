@@ -65,17 +65,25 @@ def _add(run: StreamRun, out) -> None:
 
 
 def run_lockstep(
-    decoder: SpeculativeDecoder, prompts: list[str], cfgs: dict[str, DecodeConfig], label: str, progress: bool = True
+    decoder: SpeculativeDecoder,
+    prompts: list[str],
+    cfgs: dict[str, DecodeConfig],
+    label: str,
+    progress: bool = True,
+    *,
+    decoders: dict[str, SpeculativeDecoder] | None = None,
 ) -> dict[str, StreamRun]:
     """Every configuration decodes prompt i before any decodes prompt i + 1, in an order that rotates
     from prompt to prompt: a drift in the machine's load then slows all of them alike, so the ratio
-    of their speeds holds. Ctrl-C keeps the prompts every configuration finished."""
+    of their speeds holds. Ctrl-C keeps the prompts every configuration finished. ``decoders`` gives a
+    configuration its own decoder (one whose answer memory must not learn another's answers)."""
+    own = {n: (decoders or {}).get(n, decoder) for n in cfgs}
     runs = {name: StreamRun(name, c.mode, c.draft_len) for name, c in cfgs.items()}
     names = list(cfgs)
     bar = tqdm(prompts, desc=label, file=sys.stderr, disable=not progress, leave=False, dynamic_ncols=True)
     try:
         for i, prompt in enumerate(bar):
-            outs = {n: decoder.generate(prompt, cfgs[n]) for n in names[i % len(names) :] + names[: i % len(names)]}
+            outs = {n: own[n].generate(prompt, cfgs[n]) for n in names[i % len(names) :] + names[: i % len(names)]}
             for n in names:
                 _add(runs[n], outs[n])
     except KeyboardInterrupt:

@@ -94,6 +94,10 @@ def test_demo_runs_end_to_end_on_a_tiny_pair(fake_bundled, tmp_path, capsys):
     summary = report["adaptation"]["bundled target/math"]
     assert summary["train_prompts"] == 3 and summary["updates"] == 1
     assert (out / "acceptance.png").is_file()
+    assert all(0 <= r["memory_rounds"] <= r["lookup_rounds"] for r in report["rows"])
+    # the adapted row's decoder started from the pass's answer memory: the three train answers
+    (memory,) = (out / "state").rglob("adapt/math/*/answer_memory.json")
+    assert len(json.loads(memory.read_text())["sequences"]) == 3
 
 
 def test_negative_adapt_prompts_is_refused(fake_bundled, capsys):
@@ -157,3 +161,14 @@ def test_lockstep_rotates_the_order_and_keeps_each_configurations_outputs():
     ]
     assert runs["a"].outputs == [[1, 11], [2, 11], [3, 11]] and runs["b"].outputs == [[1, 5], [2, 5], [3, 5]]
     assert runs["a"].prompts == runs["b"].prompts == 3 and not runs["a"].interrupted
+    # a configuration with its own decoder decodes through it alone
+    calls.clear()
+    mine = []
+
+    class Own(Recorder):
+        def generate(self, prompt, cfg):
+            mine.append(prompt)
+            return super().generate(prompt, cfg)
+
+    run_lockstep(Recorder(), ["x", "yy"], cfgs, "test", progress=False, decoders={"a": Own()})
+    assert mine == ["x", "yy"] and len(calls) == 4
