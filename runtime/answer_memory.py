@@ -24,6 +24,7 @@ from pathlib import Path
 
 from omnidraft.atomic import write_json
 from omnidraft.errors import CacheFileError, InvalidArgument
+from omnidraft.runtime.context_lookup import require_counts
 from omnidraft.validate import Fields, MiB, parse_json, read_bytes
 
 FORMAT = "omnidraft-answer-memory"
@@ -44,10 +45,7 @@ class MemoryConfig:
     min_share: float = 0.5
 
     def validate(self) -> None:
-        for name in ("capacity", "min_ngram", "max_ngram", "min_count"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidArgument(f"answer memory {name.replace('_', ' ')} must be an integer >= 1 (got {v!r})")
+        require_counts(self, ("capacity", "min_ngram", "max_ngram", "min_count"), "answer memory")
         if self.max_ngram < self.min_ngram:
             raise InvalidArgument(
                 f"answer memory n-grams: the longest ({self.max_ngram}) is shorter than the shortest ({self.min_ngram})"

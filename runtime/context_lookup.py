@@ -26,15 +26,20 @@ class LookupConfig:
     max_ngram: int = 4  # longer matches are tried first: they predict more reliably
 
     def validate(self) -> None:
-        for name in ("max_tokens", "min_ngram", "max_ngram"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidArgument(f"context lookup {name.replace('_', ' ')} must be an integer >= 1 (got {v!r})")
+        require_counts(self, ("max_tokens", "min_ngram", "max_ngram"), "context lookup")
         if self.max_ngram < self.min_ngram:
             raise InvalidArgument(
                 f"context lookup n-grams: the longest ({self.max_ngram}) is shorter than the shortest "
                 f"({self.min_ngram}); pass --lookup-ngram MIN-MAX with MIN <= MAX"
             )
+
+
+def require_counts(cfg: object, names: tuple[str, ...], what: str) -> None:
+    """Each named field of ``cfg`` is an integer >= 1, else one line naming it."""
+    for name in names:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InvalidArgument(f"{what} {name.replace('_', ' ')} must be an integer >= 1 (got {v!r})")
 
 
 def parse_ngram_range(text: str) -> tuple[int, int]:
