@@ -1,10 +1,11 @@
 """Answer memory: propose the target's next tokens from what it wrote after the same n-gram in earlier
 generations (their prompts and answers), counted across runs.
 
-A user's prompts resemble each other: the same imports, docstring shapes, "Step 1:" scaffolds and
-phrases recur from one answer to the next. The context lookup (runtime/context_lookup.py) sees only the
-current generation; the memory keeps the target tokens of the last ``capacity`` tokens' worth of
-generations and, for every n-gram of them (min_ngram..max_ngram), how often each token followed it.
+A user's prompts resemble each other, and so do the target's answers: the same openings ("To solve
+this problem, we need to ..."), numbered plans and phrases recur from one answer to the next. The
+context lookup (runtime/context_lookup.py) sees only the current generation; the memory keeps the
+target tokens of the last ``capacity`` tokens' worth of generations and, for every n-gram of them
+(min_ngram..max_ngram), how often each token followed it.
 A round with no context match asks the memory: the longest n-gram of the context's suffix it has seen
 gives the continuation it saw most often, chained token by token while the continuation is confident
 (seen ``min_count`` times and at least ``min_share`` of the n-gram's continuations). Like a copied
