@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 
 from omnidraft.atomic import check_writable, save_figure, write_json
+from omnidraft.bench.adapted_rows import short_pass_lr
 from omnidraft.bench.bundled import REAL_DRAFTER, check_bundled, drafter_export, drafter_vocab, target_export
 from omnidraft.bench.streams_eval import StreamRun, run_lockstep
 from omnidraft.errors import InvalidArgument
@@ -61,8 +62,8 @@ class DemoSettings:
     adapt_streams: tuple[str, ...] = ("code",)
     adapt_rank: int = 32
     # Short-stream settings (see bench/adapted_rows.py): 8 AdamW steps per update of 8 prompts, sharpened target.
-    # lr None: 1e-4 for the real pairs, whose drafter learned from these targets already (a short pass at
-    # 1e-3 pulls it away from them: docs/decisions.md), 1e-3 for any other drafter.
+    # lr None: the drafter's short-pass lr (bench/adapted_rows.py: short_pass_lr), lower for a drafter
+    # that learned from the real targets already.
     adapt_lr: float | None = None
     adapt_every: int = 8
     adapt_steps: int = 8
@@ -158,7 +159,7 @@ def _adapt(
         schedule=UpdateSchedule(
             mode="lora",
             rank=s.adapt_rank,
-            lr=s.adapt_lr if s.adapt_lr is not None else 1e-4 if s.pair == "real" else 1e-3,
+            lr=s.adapt_lr if s.adapt_lr is not None else short_pass_lr(pair.drafter),
             every=s.adapt_every,
             steps_per_update=s.adapt_steps,
             engine=s.adapt_engine,

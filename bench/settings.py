@@ -35,9 +35,8 @@ class BenchSettings:
     # K rows pick K on train prompts. 16: enough windows (2 prompts each) for it to turn drafting off.
     tune_prompts: int = 16
     adapt_prompts: int = 64  # train prompts of each adaptation pass (adapted rows; 0 skips them)
-    # lr of every adapted row (None: bench/adapted_rows.py's short-pass settings, 1e-3). A full pass over a
-    # stream wants less: over a whole stream 1e-3 makes an already-distilled drafter worse, where 1e-4
-    # improves it (docs/decisions.md).
+    # lr of every adapted row (None: bench/adapted_rows.py's short_pass_lr, which depends on the drafter:
+    # 1e-3 lifts an untrained one, 1e-4 keeps improving one already trained against the real targets).
     adapt_lr: float | None = None
     # adapted rows to run. A full pass costs each row differently: hybrid+lora's LoRA steps run
     # ExecuTorch's training program, which dominates its time and makes it several times slower than

@@ -362,6 +362,20 @@ def test_adapted_rows_say_why_they_are_missing(monkeypatch):
     assert not adapted_rows.replayable("hybrid")
 
 
+def test_short_pass_lr_is_lower_for_a_drafter_trained_against_the_targets(tmp_path):
+    from omnidraft.bench.adapted_rows import FULL, WARM_LR, short_pass_lr
+    from omnidraft.bench.bundled import BUNDLED, REAL_DRAFTER
+
+    assert short_pass_lr(BUNDLED / REAL_DRAFTER) == WARM_LR
+    assert short_pass_lr(BUNDLED / "drafter") == FULL["lr"] != WARM_LR
+    # a folder without the summary (an adapted drafter, a user's model) or with a broken one: the methods' own
+    assert short_pass_lr(tmp_path) == FULL["lr"]
+    (tmp_path / "training_summary.json").write_text("{not json")
+    assert short_pass_lr(tmp_path) == FULL["lr"]
+    (tmp_path / "training_summary.json").write_text('["a list"]')
+    assert short_pass_lr(tmp_path) == FULL["lr"]
+
+
 def test_checks_follow_the_numbers():
     from omnidraft.bench.claims import must_show, ordering
 

@@ -47,8 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--adapt-lr",
         type=float,
-        help="learning rate of every adaptation pass (default: the short-pass "
-        "1e-3; a full pass over a stream wants less, e.g. 1e-4)",
+        help="learning rate of every adaptation pass (default: 1e-3, or 1e-4 for a drafter "
+        "already trained against the real targets, such as models/bundled/drafter-teachers)",
     )
     p.add_argument(
         "--adapted",
