@@ -18,7 +18,7 @@ ROLES = ("drafter", "target")  # the tiny pair: our own drafter and target, trai
 REAL_DRAFTER = "drafter-teachers"
 LLAMA_VOCAB_ROLES = ("drafter", REAL_DRAFTER)  # their Llama-2 tokenizer.json is built locally
 # Bump when the exporters change what they produce for the same inputs, so cached exports are rebuilt.
-EXPORT_REVISION = 7
+EXPORT_REVISION = 8
 # Drafter exports keep their 4,096 most frequent tokens (export/draft_vocab.py) where the folder
 # ranks them (token_counts.json): the LM head is a large share of a small drafter's step, and 4,096
 # tokens still cover over 90 % of the streams' held-out text.

@@ -17,7 +17,11 @@ than the torch.onnx graph's.
 Signature: ``input_ids [1,k]``, ``attention_mask [1,past+k]`` (all ones: positions and the causal
 mask come from it), ``past_key_values.{i}.key|value [1,H,past,D]`` in; ``logits [1,k,V]`` (or N
 kept columns, export/draft_vocab.py), ``present.{i}.key|value [1,H,past+k,D]`` (and
-``accept_logits [1,k]`` with an acceptance head) out.
+``accept_logits [1,k]`` with an acceptance head) out. One more input, ``logits_from [1]`` (int64,
+default 0), is an overridable initializer: logits are computed for rows ``logits_from..k-1`` only. A
+prompt's pass needs no logits at all, and on a large vocabulary the LM head over every prompt row is
+most of that pass (Gemma 3's head is 168 M of its 268 M weights), so the runtime asks for the last
+row there; every other call leaves it at 0, and the head then reads the same rows as before.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ HIDDEN = "hidden_states"
 # our artifact): the bench's ort-genai-target-only peer.
 GENAI_CONFIG = "genai_config.json"
 ACCEPT_OUTPUT = "accept_logits"
+LOGITS_FROM = "logits_from"
 # Our quants -> the builder's precision (its options: genai_weights.builder_options).
 PRECISION = {"fp32": "fp32", "int8": "int8", "int4": "int4"}
 
@@ -86,14 +91,40 @@ def _run_builder(folder: Path, quant: str, out: Path, hidden: bool, scheme: Int4
     return out / "model.onnx"
 
 
+def _lm_head(model):
+    node = next((n for n in model.graph.node if "lm_head" in n.name and n.op_type in ("MatMulNBits", "MatMul")), None)
+    if node is None:
+        raise ExportError("the builder's graph has no lm_head node; use --onnx-path torch")
+    return node
+
+
+def _logits_from_input(model) -> None:
+    """Slice the LM head's input rows from ``logits_from`` on (module docstring). An input that is
+    also an initializer has a default: callers that never feed it, onnxruntime-genai's generator
+    among them, get every row."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = _lm_head(model)
+    consts = {LOGITS_FROM: [0], f"{LOGITS_FROM}/ends": [np.iinfo(np.int64).max], f"{LOGITS_FROM}/axes": [1]}
+    for name, value in consts.items():
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=np.int64), name))
+    model.graph.input.append(helper.make_tensor_value_info(LOGITS_FROM, TensorProto.INT64, [1]))
+    rows = f"{LOGITS_FROM}/rows"
+    at = list(model.graph.node).index(node)
+    model.graph.node.insert(
+        at, helper.make_node("Slice", [node.input[0], *consts], [rows], name=f"/{LOGITS_FROM}/Slice")
+    )
+    node.input[0] = rows
+
+
 def _trim_lm_head(model, vocab) -> None:
     """Keep the kept rows of the LM head: MatMulNBits' B [N, blocks, blob], scales and zero points
     hold one row per output; an fp32 MatMul's weight is [K, N]."""
     from onnx import helper, numpy_helper
 
     inits = {i.name: i for i in model.graph.initializer}
-    node = next((n for n in model.graph.node if "lm_head" in n.name and n.op_type in ("MatMulNBits", "MatMul")), None)
-    if node is None or node.input[1] not in inits:
+    node = _lm_head(model)
+    if node.input[1] not in inits:
         raise ExportError("the builder's graph has no lm_head weight to trim; export without --draft-vocab")
     kept, v = np.asarray(vocab.kept), vocab.vocab_size
     shared = {x for n in model.graph.node if n is not node for x in n.input}
@@ -235,6 +266,7 @@ def export_genai(
             quantize_embedding(model)
         if vocab is not None:
             _trim_lm_head(model, vocab)
+        _logits_from_input(model)
         if head is not None:
             opsets = {o.domain: o.version for o in model.opset_import}
             hidden = next(o for o in model.graph.output if o.name == HIDDEN)
@@ -248,7 +280,7 @@ def export_genai(
         onnx.save(model, str(path))
         if vocab is None and head is None:
             _write_genai_config(work / GENAI_CONFIG, path)
-    inputs = [i.name for i in model.graph.input]
+    inputs = [i.name for i in model.graph.input if i.name != LOGITS_FROM]  # the session's required inputs
     outputs = [o.name for o in model.graph.output]
     if inputs[:2] != ["input_ids", "attention_mask"] or outputs[0] != "logits":
         raise ExportError(

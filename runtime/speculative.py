@@ -24,7 +24,7 @@ import numpy as np
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
 from omnidraft.runtime.answer_memory import AnswerMemory
-from omnidraft.runtime.backends.base import last_row, last_row_accept
+from omnidraft.runtime.backends.base import fill, last_row, last_row_accept
 from omnidraft.runtime.context_lookup import ContextIndex, LookupConfig
 from omnidraft.runtime.draft_length.head_file import require_head
 from omnidraft.runtime.draft_length.policy import policy_for, validate_adaptive
@@ -354,7 +354,7 @@ class _Run:
         every mode, so decode speed can be compared without it (the last token starts decoding)."""
         if len(self.ctx_p) > 1:
             t0 = time.perf_counter()
-            self.dec.target.backend.forward(self.ctx_p[:-1], 0)
+            fill(self.dec.target.backend, self.ctx_p[:-1], 0)
             self.stats.prefill_seconds += time.perf_counter() - t0
 
     def _pick(self, logits: np.ndarray) -> int:

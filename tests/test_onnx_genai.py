@@ -90,6 +90,33 @@ def test_a_padded_call_keeps_the_cache_of_one_token(built):
     np.testing.assert_array_equal(row[0], full[-1])
 
 
+def test_a_prompt_pass_skips_the_head_and_fills_the_same_cache(built):
+    """``logits_from`` defaults to every row (what onnxruntime-genai and older callers get); the
+    runtime's prefill asks for the last row only and must leave the cache exactly as a full call
+    does, across a row split too."""
+    model = load_model(built["t-int8"])
+    be, ids = model.backend, model.codec.encode(PROMPTS[1])
+    sess, k = be.session, len(ids)
+    feed = {
+        "input_ids": np.asarray([ids]),
+        "attention_mask": np.ones((1, k), dtype=np.int64),
+        **{n: be._empty for n in be._past_names},
+    }
+    assert sess.run(["logits"], feed)[0].shape[1] == k  # not fed: every row
+    assert sess.run(["logits"], {**feed, "logits_from": np.asarray([k - 1])})[0].shape[1] == 1
+    for splits in ([], [5]):  # compared with a full call cut at the same place
+        be._row_splits = splits
+        be.reset()
+        assert be.forward(ids, 0).shape == (k, be.vocab_size)
+        ref_past, ref_next = [p.copy() for p in be._past], be.forward(ids[:1], k)
+        be.reset()
+        be.prefill(ids, 0)
+        assert be.cached_len == k
+        for a, b in zip(be._past, ref_past):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(be.forward(ids[:1], k), ref_next)
+
+
 @pytest.mark.parametrize("drafter", ["d-int8", "d-int4"])
 def test_greedy_speculative_through_genai_graphs_equals_target_only(built, drafter):
     tgt, drf = load_model(built["t-int8"]), load_model(built[drafter])

@@ -61,6 +61,19 @@ def last_row_accept(backend: Backend, token_ids: Sequence[int], start_pos: int) 
     return rows[-1], float(z[-1])
 
 
+# Optional as well: ``prefill``, the forward call whose logits nobody reads (a prompt's pass): a backend
+# may skip the LM head there, which on a large vocabulary is most of that pass. The loop goes through
+# ``fill``.
+
+
+def fill(backend: Backend, token_ids: Sequence[int], start_pos: int) -> None:
+    fn = getattr(backend, "prefill", None)
+    if fn is not None:
+        fn(token_ids, start_pos)
+    else:
+        backend.forward(token_ids, start_pos)
+
+
 # Intra-op threads of a drafter's ONNX Runtime session. A small drafter's step is a few hundred tiny
 # kernels, so a second thread only adds pool wake-ups and makes each step slower, alone and inside
 # the loop between target calls (docs/decisions.md). The target keeps every core.

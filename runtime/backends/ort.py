@@ -21,6 +21,8 @@ from omnidraft.runtime.draft_length.head_file import token_bias_table
 from omnidraft.runtime.manifest import Manifest
 
 ACCEPT_OUTPUT = "accept_logits"
+# An optional input of onnxruntime-genai exports (export/onnx_genai.py): logits only from this row on.
+LOGITS_FROM = "logits_from"
 
 
 class OrtBackend:
@@ -86,6 +88,9 @@ class OrtBackend:
             else {}
         )
         self._n_past = len(self._past_names)
+        # An overridable initializer, not a required input: older exports lack it, and then a
+        # prompt's pass computes every row's logits as any other call does.
+        self._logits_from = LOGITS_FROM in {i.name for i in self.session.get_overridable_initializers()}
         self._pad_single_row = manifest.pad_single_row
         self._row_splits = list(manifest.row_splits)
         self._widen = widen_for(manifest, f"{export_dir}/manifest.json")
@@ -96,18 +101,20 @@ class OrtBackend:
     def cached_len(self) -> int:
         return self._len
 
-    def _run(self, token_ids: Sequence[int], start_pos: int) -> list[np.ndarray]:
+    def _run(self, token_ids: Sequence[int], start_pos: int, *, logits: bool = True) -> list[np.ndarray]:
         check_forward_args(self, token_ids, start_pos)
         end = start_pos + len(token_ids)
         cuts = [c for c in self._row_splits if start_pos < c < end]
         if not cuts:
-            return self._call(list(token_ids), start_pos)
+            return self._call(list(token_ids), start_pos, logits)
         # Rows on either side of a split position never share a call (runtime/manifest.py row_splits).
         parts, lo = [], start_pos
         for hi in [*cuts, end]:
-            parts.append(self._call(list(token_ids[lo - start_pos : hi - start_pos]), lo))
+            parts.append(self._call(list(token_ids[lo - start_pos : hi - start_pos]), lo, logits))
             lo = hi
         out = parts[-1]  # its presents hold the whole cache
+        if not logits:
+            return out
         for i in self._row_outputs(out):
             out[i] = np.concatenate([p[i] for p in parts], axis=1)
         return out
@@ -116,13 +123,15 @@ class OrtBackend:
         """Indices of the outputs with one row per input token: logits (and accept logits)."""
         return [0, *range(1 + self._n_past, len(out))]
 
-    def _call(self, ids: list[int], start_pos: int) -> list[np.ndarray]:
+    def _call(self, ids: list[int], start_pos: int, logits: bool = True) -> list[np.ndarray]:
         # A one-row call runs other kernels than a k-row one; fed twice, it gives the rows a verify
         # call gives (export/onnx_genai.py), and the copy's logits and cache row are dropped.
         pad = self._pad_single_row and len(ids) == 1
         if pad:
             ids = ids * 2
         feed = {"input_ids": np.asarray(ids, dtype=np.int64).reshape(1, -1)}
+        if not logits and self._logits_from:
+            feed[LOGITS_FROM] = np.asarray([len(ids) - 1], dtype=np.int64)
         if self._mask:
             feed["attention_mask"] = np.ones((1, start_pos + len(ids)), dtype=np.int64)
         # Sliced pasts are views; ORT needs contiguous buffers and copies once here.
@@ -138,6 +147,9 @@ class OrtBackend:
 
     def forward(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
         return self._rows(self._run(token_ids, start_pos)[0][0])
+
+    def prefill(self, token_ids: Sequence[int], start_pos: int) -> None:
+        self._run(token_ids, start_pos, logits=False)
 
     def forward_last(self, token_ids: Sequence[int], start_pos: int) -> np.ndarray:
         return self._rows(self._run(token_ids, start_pos)[0][0, -1:])[0]
