@@ -36,6 +36,31 @@ next(iter(llm.generate([0, 1], top_k=1, temp=0.0, reset=True)))
 """
 _probed: dict[tuple[str, int], str | None] = {}
 
+# ggml's log levels (ggml.h): llama-cpp-python 0.3.x maps them with an older numbering, so with
+# verbose=False llama.cpp's warnings (WARN = 3 there, Gemma 3's "using full-size SWA cache" among
+# them) still reach the bench's stderr, where the user can do nothing about them. Failures still
+# surface: llama-cpp-python raises on them, and the child probe reports its stderr's last line.
+_GGML_LOG_ERROR = 4
+_log_callback = None  # kept alive: llama.cpp holds only the C pointer
+
+
+def _quiet_llama_logs() -> None:
+    global _log_callback
+    if _log_callback is not None:
+        return
+    import ctypes
+    import sys
+
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        if level == _GGML_LOG_ERROR:
+            print(text.decode("utf-8", errors="replace"), end="", file=sys.stderr, flush=True)
+
+    _log_callback = on_log
+    llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
+
 
 def unavailable_reason(target_folder: Path, threads: int = 1) -> str | None:
     if importlib.util.find_spec("llama_cpp") is None:
@@ -89,6 +114,7 @@ class LlamaCppPeers:
             from llama_cpp import Llama
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+            _quiet_llama_logs()
             draft = LlamaPromptLookupDecoding(num_pred_tokens=PROMPT_LOOKUP_TOKENS) if "lookup" in name else None
             self._models[name] = Llama(
                 model_path=str(self.gguf),
