@@ -53,6 +53,9 @@ def _quiet_llama_logs() -> None:
 
     import llama_cpp
 
+    if not hasattr(llama_cpp, "llama_log_set"):  # a build without the C API's logging hooks
+        return
+
     @llama_cpp.llama_log_callback
     def on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         if level == _GGML_LOG_ERROR:
