@@ -92,10 +92,7 @@ def _run_builder(folder: Path, quant: str, out: Path, hidden: bool, scheme: Int4
 
 
 def _lm_head(model):
-    node = next((n for n in model.graph.node if "lm_head" in n.name and n.op_type in ("MatMulNBits", "MatMul")), None)
-    if node is None:
-        raise ExportError("the builder's graph has no lm_head node; use --onnx-path torch")
-    return node
+    return next((n for n in model.graph.node if "lm_head" in n.name and n.op_type in ("MatMulNBits", "MatMul")), None)
 
 
 def _logits_from_input(model) -> None:
@@ -105,6 +102,8 @@ def _logits_from_input(model) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
     node = _lm_head(model)
+    if node is None:  # no head node to slice: every call computes every row, as the runtime expects then
+        return
     consts = {LOGITS_FROM: [0], f"{LOGITS_FROM}/ends": [np.iinfo(np.int64).max], f"{LOGITS_FROM}/axes": [1]}
     for name, value in consts.items():
         model.graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=np.int64), name))
@@ -124,7 +123,7 @@ def _trim_lm_head(model, vocab) -> None:
 
     inits = {i.name: i for i in model.graph.initializer}
     node = _lm_head(model)
-    if node.input[1] not in inits:
+    if node is None or node.input[1] not in inits:
         raise ExportError("the builder's graph has no lm_head weight to trim; export without --draft-vocab")
     kept, v = np.asarray(vocab.kept), vocab.vocab_size
     shared = {x for n in model.graph.node if n is not node for x in n.input}
