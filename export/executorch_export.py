@@ -80,6 +80,7 @@ def build_executorch(
     import copy
     import sys
 
+    from omnidraft.native_output import without_native_lines
     from omnidraft.runtime.backends.executorch import ExecuTorchBackend
 
     from . import executorch_llm as llm
@@ -146,7 +147,8 @@ def build_executorch(
         quantize_embedding_int8(qmodel)
     if use_llm:
         qmodel = llm.use_custom_ops(qmodel)
-        ref = parity.reference_logits(llm.eager_logits(qmodel), sched) if quantized else fp32_ref
+        with without_native_lines():  # the custom ops' eager kernels start ExecuTorch's threadpool
+            ref = parity.reference_logits(llm.eager_logits(qmodel), sched) if quantized else fp32_ref
         with small_logits(qmodel):
             llm.export_pte_llm(qmodel, max_seq_len, artifact)
         inputs, outputs, exporter = llm.INPUTS, llm.OUTPUTS, "executorch-llm (custom sdpa + kv-cache ops, XNNPACK)"

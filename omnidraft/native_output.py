@@ -4,7 +4,8 @@ ExecuTorch's threadpool probes the CPU through cpuinfo on first use and prints e
 that only exist on Arm, a CPU count it disagrees with) to the process's stderr from C++, past
 Python's ``sys.stderr``. ``without_native_lines`` catches file descriptor 2 for the duration of a
 call and writes back every line that does not match; ``FirstUse`` does so around a call's first run
-only.
+only. ExecuTorch's custom LLM ops, run eagerly as an export's reference, also note on every call that
+no temp allocator was given (they need none on CPU).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-CPUINFO = re.compile(rb"^\[cpuinfo_utils\.cpp:\d+\]")
+NATIVE = re.compile(rb"^(\[cpuinfo_utils\.cpp:\d+\]|(\[kernel_runtime_context\.h:\d+\] )?No temp allocator provided)")
 
 
 @contextlib.contextmanager
-def without_native_lines(pattern: re.Pattern[bytes] = CPUINFO) -> Iterator[None]:
+def without_native_lines(pattern: re.Pattern[bytes] = NATIVE) -> Iterator[None]:
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # no real stderr (captured, closed): nothing to filter
