@@ -19,6 +19,7 @@ from omnidraft.bench.bundled import DRAFT_VOCAB, check_bundled, drafter_export, 
 from omnidraft.bench.demo import BACKENDS, DRAFTER_DEVICES
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import InvalidArgument
+from omnidraft.native_output import without_native_lines
 from omnidraft.runtime.answer_memory import AnswerMemory
 from omnidraft.runtime.backends.base import DRAFTER_THREADS
 from omnidraft.runtime.context_lookup import LookupConfig
@@ -121,7 +122,8 @@ def _executorch_threads(n: int | None) -> int | None:
     from executorch.extension.pybindings import portable_lib as pl
 
     if n and hasattr(pl, "_unsafe_reset_threadpool"):
-        pl._unsafe_reset_threadpool(n)
+        with without_native_lines():  # a new threadpool probes the CPU, and cpuinfo prints each probe
+            pl._unsafe_reset_threadpool(n)
     return pl._threadpool_get_thread_count() if hasattr(pl, "_threadpool_get_thread_count") else None
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from omnidraft.atomic import check_writable, write_text
 from omnidraft.errors import InvalidArgument
 from omnidraft.export import recipes
+from omnidraft.native_output import without_native_lines
 from omnidraft.runtime.manifest import is_export_dir, load_manifest
 
 KS = tuple(range(1, 9))
@@ -55,7 +56,8 @@ def set_threads(threads: int | None, formats) -> None:
         from executorch.extension.pybindings import portable_lib
 
         if hasattr(portable_lib, "_unsafe_reset_threadpool"):
-            portable_lib._unsafe_reset_threadpool(threads)
+            with without_native_lines():  # a new threadpool probes the CPU, and cpuinfo prints each probe
+                portable_lib._unsafe_reset_threadpool(threads)
 
 
 def open_backend(export_dir: Path, threads: int | None = None):

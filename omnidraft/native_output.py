@@ -5,7 +5,7 @@ that only exist on Arm, a CPU count it disagrees with) to the process's stderr f
 Python's ``sys.stderr``. ``without_native_lines`` catches file descriptor 2 for the duration of a
 call and writes back every line that does not match; ``FirstUse`` does so around a call's first run
 only. ExecuTorch's custom LLM ops, run eagerly as an export's reference, also note on every call that
-no temp allocator was given (they need none on CPU).
+no temp allocator was given (they need none on CPU), and resizing its threadpool announces itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-NATIVE = re.compile(rb"^(\[cpuinfo_utils\.cpp:\d+\]|(\[kernel_runtime_context\.h:\d+\] )?No temp allocator provided)")
+NATIVE = re.compile(
+    rb"^(\[cpuinfo_utils\.cpp:\d+\]|\[threadpool\.cpp:\d+\] Resetting threadpool"
+    rb"|(\[kernel_runtime_context\.h:\d+\] )?No temp allocator provided)"
+)
 
 
 @contextlib.contextmanager
