@@ -56,6 +56,9 @@ class Batch:
     def inputs(self) -> tuple[torch.Tensor, ...]:
         return (self.ids, self.dm_mask, self.topk_idx, self.topk_logp, self.tail, self.ng_mask, self.labels, self.lam)
 
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in self.inputs()))
+
     @property
     def positions(self) -> int:
         return int(self.dm_mask.sum().item() + self.ng_mask.sum().item())

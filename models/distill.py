@@ -145,8 +145,8 @@ def step_loss(
     cut head both distributions live on the kept tokens, and labels outside them are skipped."""
     labels = batch[:, 1:]
     if kept is not None:
-        remap = torch.full((model.config.vocab_size,), -100, dtype=torch.long)
-        remap[kept] = torch.arange(len(kept))
+        remap = torch.full((model.config.vocab_size,), -100, dtype=torch.long, device=batch.device)
+        remap[kept] = torch.arange(len(kept), device=batch.device)
         labels = remap[labels]
     logits = _logits(model, batch, kept)
     labels = labels.flatten()
@@ -167,7 +167,8 @@ class CrossVocabTeachers:
     """Recipe ``teachers``: stored teacher passes of real targets in other vocabularies
     (models/teacher_shards.py), each a term of the paper's hybrid loss through that teacher's direct
     map and n-grams. A step draws ``records_per_step`` records of every teacher, in an order that is
-    a pure function of the seed and the step (an interrupted run resumes bit-identically)."""
+    a pure function of the seed and the step (an interrupted run resumes bit-identically); a batch
+    of several steps (``loss(..., steps=n)``) holds exactly their records."""
 
     def __init__(self, spec: dict[str, Any], *, tokenizer_path, seed: int) -> None:
         import hashlib
@@ -186,10 +187,10 @@ class CrossVocabTeachers:
         self.seed = seed
         self._perms: dict[tuple[int, int], np.ndarray] = {}
 
-    def _records(self, i: int, step: int) -> list:
+    def _records(self, i: int, step: int, steps: int = 1) -> list:
         recs = self.sets[i].records
         out = []
-        for g in range(step * self.per_step, (step + 1) * self.per_step):
+        for g in range(step * self.per_step, (step + steps) * self.per_step):
             epoch, r = divmod(g, len(recs))
             if (i, epoch) not in self._perms:
                 self._perms = {key: p for key, p in self._perms.items() if key[1] >= epoch - 1}
@@ -211,22 +212,24 @@ class CrossVocabTeachers:
         return counts
 
     def _cut(
-        self, i: int, kept: torch.Tensor | None, vocab: int
+        self, i: int, kept: torch.Tensor | None, vocab: int, device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Teacher ``i``'s intersection as columns of the (cut) head, the map from intersection
         index to kept intersection index (-1: not kept) and from drafter id to head column."""
         inter = torch.from_numpy(self.sets[i].inter)
         if kept is None:
-            return inter, None, None
+            return inter.to(device), None, None
         column = torch.full((vocab,), -1, dtype=torch.long)
-        column[kept] = torch.arange(len(kept))
+        column[kept.cpu()] = torch.arange(len(kept))
         cols = column[inter]
         keep = cols >= 0
         to_kept = torch.full((len(inter),), -1, dtype=torch.long)
         to_kept[keep] = torch.arange(int(keep.sum()))
-        return cols[keep], to_kept, column
+        return cols[keep].to(device), to_kept.to(device), column.to(device)
 
-    def loss(self, model: torch.nn.Module, step: int, kept: torch.Tensor | None = None) -> torch.Tensor:
+    def loss(
+        self, model: torch.nn.Module, step: int, kept: torch.Tensor | None = None, *, steps: int = 1
+    ) -> torch.Tensor:
         """The weighted hybrid losses. Only the rows that carry a loss go through the head (most of a
         record is its prompt and padding), and with a cut head (``kept``, sorted drafter ids) the
         intersection is restricted to the kept tokens: the drafter as deployed can propose no other,
@@ -236,20 +239,20 @@ class CrossVocabTeachers:
 
         weight = model.get_output_embeddings().weight
         head = weight if kept is None else weight[kept]
-        total = torch.zeros(())
+        total = torch.zeros((), device=weight.device)
         for i, (ts, w) in enumerate(zip(self.sets, self.weights)):
-            b = make_batch(self._records(i, step), "hybrid", ts.k, seq_len=self.seq_len)
+            b = make_batch(self._records(i, step, steps), "hybrid", ts.k, seq_len=self.seq_len).to(weight.device)
             rows = (b.dm_mask > 0) | (b.ng_mask > 0)
             hidden = model.model(input_ids=b.ids).last_hidden_state[rows]
             dm, idx, logp, tail = b.dm_mask[rows], b.topk_idx[rows], b.topk_logp[rows], b.tail[rows]
             ng, labels = b.ng_mask[rows], b.labels[rows]
-            inter, to_kept, column = self._cut(i, kept, weight.shape[0])
+            inter, to_kept, column = self._cut(i, kept, weight.shape[0], weight.device)
             if to_kept is not None:
                 idx = to_kept[idx]
                 logp = torch.where(idx >= 0, logp, tail.unsqueeze(-1))  # its term is q * 0
                 idx = idx.clamp(min=0)
                 labels = column[labels]
-                ng = torch.where(labels >= 0, ng, torch.zeros(()))
+                ng = torch.where(labels >= 0, ng, torch.zeros((), device=ng.device))
                 labels = labels.clamp(min=0)
             logits = (hidden @ head.T).unsqueeze(0)
             one = [t.unsqueeze(0) for t in (dm, idx, logp, tail, ng, labels)]

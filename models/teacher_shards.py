@@ -162,8 +162,8 @@ def _answers(prompts: list[str], model, tc, spec: PassSpec) -> Iterator[tuple[li
     for b in range(0, len(prompts), spec.batch):
         ids = [list(tc.start_ids) + tc.encode(p) for p in prompts[b : b + spec.batch]]
         width = max(map(len, ids))
-        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
-        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids], device=model.device)
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids], device=model.device)
         # a fresh config: the model's own may carry a repetition penalty, which greedy decoding here has not
         cfg = GenerationConfig(
             max_new_tokens=spec.generate,
@@ -179,7 +179,9 @@ def _answers(prompts: list[str], model, tc, spec: PassSpec) -> Iterator[tuple[li
             answer = g.sequences[r, width:].tolist()
             stop = next((n for n, t in enumerate(answer) if t in tc.eos_ids), len(answer))
             # row by row: one float32 copy of the whole batch's logits is gigabytes at a 262k vocabulary
-            rows = torch.stack([step[r] for step in g.logits[:stop]]).float().numpy() if stop else np.zeros((0, 0))
+            rows = (
+                torch.stack([step[r] for step in g.logits[:stop]]).float().cpu().numpy() if stop else np.zeros((0, 0))
+            )
             yield prompt_ids, answer[:stop], rows
 
 
@@ -206,7 +208,8 @@ def _records_of(texts, model, dc, tc, vocab, spec: PassSpec):
             if p >= len(ids):
                 continue  # too short, or the window opens inside a UTF-8 character
             with torch.inference_mode():
-                logits = model(input_ids=torch.tensor([start + ids])).logits[0].float().numpy()
+                x = torch.tensor([start + ids], device=model.device)
+                logits = model(input_ids=x).logits[0].float().cpu().numpy()
             col.start(tc.spell(ids[:p]).decode("utf-8"))
             first = len(start) + p - 1  # row predicting ids[p]
             col.on_verified(ids[p:], logits[first : first + len(ids) - p])
@@ -284,15 +287,20 @@ def teacher_pass(
     out: str | Path,
     spec: PassSpec = PassSpec(),
     progress: bool = True,
+    device: str | None = "cpu",
 ) -> dict:
-    """Runs (or resumes) one teacher over ``texts``; returns the manifest."""
+    """Runs (or resumes) one teacher over ``texts`` on ``device`` (models/train_resources.py);
+    returns the manifest. A pass may resume on another device: each shard is whole on its own."""
     import torch
     from safetensors.numpy import save_file
     from tqdm import tqdm
 
     from omnidraft.models.sources import resolve
 
+    from .train_resources import resolve_device
+
     spec.validate()
+    dev = resolve_device(device)
     if not texts:
         raise InvalidArgument("the teacher pass got no text; raise --chars or check the --mix domains")
     out, drafter_dir, teacher_dir = shards_dir(out), Path(drafter), resolve(teacher)
@@ -330,7 +338,7 @@ def teacher_pass(
         return manifest
     from omnidraft.export.hf_model import inspect_folder, load_model
 
-    model = load_model(inspect_folder(teacher_dir)).to(getattr(torch, spec.dtype))
+    model = load_model(inspect_folder(teacher_dir)).to(dev, getattr(torch, spec.dtype))
     bar = tqdm(total=len(texts), initial=done * n, desc=f"teacher {Path(str(teacher)).name}", disable=not progress)
     for start in todo:
         records = _records_of(texts[start : start + n], model, dc, tc, vocab, spec)
@@ -440,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=PassSpec.max_tokens)
     ap.add_argument("--dtype", default=PassSpec.dtype, choices=DTYPES)
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    ap.add_argument("--device", default="cpu", help="where the teacher runs: cpu (default), cuda, cuda:N, mps or auto")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -455,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
             texts = stream_prompts(args.stream.split(","), args.prompts, teacher=args.teacher)
         else:
             texts = corpus_texts(_parse_mix(args.mix), args.chars, seed=args.seed)
-        m = teacher_pass(teacher=args.teacher, drafter=args.drafter, texts=texts, out=args.out, spec=spec)
+        m = teacher_pass(
+            teacher=args.teacher, drafter=args.drafter, texts=texts, out=args.out, spec=spec, device=args.device
+        )
     except OmnidraftError as exc:
         print(f"teacher_shards: error: {exc}", file=sys.stderr)
         return 1

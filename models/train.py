@@ -2,14 +2,15 @@
 
     python -m omnidraft.models.train --recipe drafter [--resume]
     python -m omnidraft.models.train --recipe target  [--resume]
+    python -m omnidraft.models.train --recipe drafter-teachers --device cuda --batch-scale 8
     python -m omnidraft.models.train --install-tokenizers
 
 A recipe (``models/recipes/<name>.json``) fixes the architecture, tokenizer, data mix, seeds and
 optimizer schedule. Training data is a pure function of the recipe (seeded chunk shuffle, packing
 into fixed-length rows), so a run that is interrupted resumes from its last checkpoint and finishes
-with the same weights as an uninterrupted run. Checkpoints are a folder per step (safetensors
-weights, safetensors AdamW state, JSON step/RNG/loss state), published by an atomic rename plus an
-atomically written ``latest.json``; a half-written checkpoint is never picked up. A recipe may also
+with the same weights as an uninterrupted run (models/checkpoints.py). On an accelerator the same
+recipe runs with a batch several steps wide (``--batch-scale``): the same data in the same order,
+fewer updates. A recipe may also
 start from a real model's layers and learn from a teacher's distributions (models/distill.py), in
 its own vocabulary or, through stored teacher passes (models/teacher_shards.py), in a target's.
 """
@@ -30,13 +31,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from omnidraft.atomic import atomic_path, save_figure, write_json
 from omnidraft.errors import DataError, InvalidArgument, ModelFolderError
 
+from .checkpoints import checkpoint_seconds, load_checkpoint, save_checkpoint
 from .distill import CrossVocabTeachers, head_tokens, load_teacher, step_loss
+from .train_resources import check_memory, resolve_device
 
 MODELS_DIR = Path(__file__).resolve().parent
 RECIPES_DIR = MODELS_DIR / "recipes"
@@ -173,62 +174,6 @@ def _make_optimizer(model: torch.nn.Module, tr: dict[str, Any]) -> torch.optim.A
     )
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, model, opt, losses: list, seconds: float = 0.0) -> None:
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=ckpt_dir, prefix=f".step-{step:06d}-"))
-    names = {id(p): n for n, p in model.named_parameters()}
-    save_file({n: p.detach().contiguous() for n, p in model.named_parameters()}, str(tmp / "model.safetensors"))
-    opt_t = {}
-    for p, st in opt.state.items():
-        for k, v in st.items():
-            opt_t[f"{names[id(p)]}::{k}"] = (
-                v.detach().reshape(-1).contiguous() if k == "step" else v.detach().contiguous()
-            )
-    save_file(opt_t, str(tmp / "optimizer.safetensors"))
-    state = {"step": step, "torch_rng": torch.get_rng_state().tolist(), "losses": losses, "train_seconds": seconds}
-    (tmp / "state.json").write_text(json.dumps(state))
-    final = ckpt_dir / f"step-{step:06d}"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    write_json(ckpt_dir / "latest.json", {"step": step, "dir": final.name})
-    for old in ckpt_dir.glob("step-*"):
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def load_checkpoint(ckpt_dir: Path, model, opt) -> tuple[int, list]:
-    """Restores the last published checkpoint; returns (step, losses), or (0, []) if there is none.
-    The cumulative training wall time is in ``checkpoint_seconds(ckpt_dir)``."""
-    latest = ckpt_dir / "latest.json"
-    if not latest.is_file():
-        return 0, []
-    try:
-        folder = ckpt_dir / json.loads(latest.read_text())["dir"]
-        model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
-        params = dict(model.named_parameters())
-        opt_t = load_file(str(folder / "optimizer.safetensors"))
-        state = json.loads((folder / "state.json").read_text())
-    except (OSError, ValueError, KeyError, SafetensorError) as exc:
-        raise ModelFolderError(
-            f"checkpoint in {ckpt_dir} is damaged ({exc}); delete that folder and train again"
-        ) from exc
-    for key, v in opt_t.items():
-        name, k = key.split("::")
-        opt.state[params[name]][k] = v.reshape(()) if k == "step" else v.clone()
-    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-    return state["step"], state["losses"]
-
-
-def checkpoint_seconds(ckpt_dir: Path) -> float:
-    """Training wall time accumulated over all runs up to the last checkpoint (0 if none)."""
-    try:
-        folder = ckpt_dir / json.loads((ckpt_dir / "latest.json").read_text())["dir"]
-        return float(json.loads((folder / "state.json").read_text()).get("train_seconds", 0.0))
-    except (OSError, ValueError, KeyError):
-        return 0.0
-
-
 def plot_losses(losses: list, path: Path, title: str) -> None:
     import matplotlib
 
@@ -279,59 +224,6 @@ def export_hf(model, recipe: dict[str, Any], tok_path: Path, out: Path, copy_tok
     os.replace(tmp, out)
 
 
-def memory_estimate(recipe: dict[str, Any]) -> int:
-    """Bytes a training run of ``recipe`` holds at its peak, roughly: fp32 weights, gradients and
-    AdamW's two moments of what trains, the teacher's weights, the logits of a batch (several copies
-    through softmax, KL and backward) and the layers' saved activations, plus the runtime itself."""
-    from transformers import AutoConfig
-
-    m, tr, d = recipe["model"], recipe["train"], recipe["data"]
-    with torch.device("meta"):
-        model = build_model(recipe)
-    freeze = tuple(tr.get("freeze", ()))
-    params = sum(p.numel() for p in model.parameters())
-    trained = sum(p.numel() for n, p in model.named_parameters() if not n.startswith(freeze))
-    tokens = tr["batch_size"] * d["seq_len"]
-    vocab = tr.get("head_tokens") or m["vocab_size"]
-    need = 4 * params + 12 * trained + tokens * vocab * 4 * 6 + tokens * m["hidden_size"] * m["num_hidden_layers"] * 96
-    if "teacher" in recipe:
-        from omnidraft.models.sources import resolve
-
-        folder = resolve(recipe["teacher"]["model"])
-        cfg = AutoConfig.from_pretrained(str(folder))
-        need += (folder / "model.safetensors").stat().st_size + tokens * cfg.hidden_size * 4 * 4
-    if "teachers" in recipe:
-        t = recipe["teachers"]
-        need += len(t.get("sets", ())) * t.get("records_per_step", 8) * t.get("seq_len", 256) * vocab * 4 * 6
-        from .teacher_shards import shards_dir
-
-        for s in t.get("sets", ()):  # records are held in memory, about twice their stored size
-            need += 2 * sum(f.stat().st_size for f in shards_dir(s["shards"]).glob("shard-*.safetensors"))
-    return need + 2**30
-
-
-def _available_memory() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def check_memory(recipe: dict[str, Any]) -> None:
-    """Refuses, before any data is built, a recipe whose run would not fit this machine's free memory."""
-    need, free = memory_estimate(recipe), _available_memory()
-    if free is not None and need > free:
-        tr, d = recipe["train"], recipe["data"]
-        raise InvalidArgument(
-            f"recipe {recipe['name']} needs about {need / 2**30:.1f} GiB to train (batch {tr['batch_size']} x "
-            f"{d['seq_len']} tokens) and this machine has {free / 2**30:.1f} GiB free; lower train.batch_size "
-            "or data.seq_len (or train.head_tokens, teachers.records_per_step)"
-        )
-
-
 def train(
     recipe: dict[str, Any],
     *,
@@ -342,22 +234,35 @@ def train(
     threads: int | None = None,
     quiet: bool = False,
     export_only: bool = False,
+    device: str | None = "cpu",
+    batch_scale: int = 1,
 ) -> list:
     """Runs (or resumes) a recipe; returns the loss history [(step, loss)]. `stop_after` simulates an
-    interruption after that many steps (used by the tests)."""
+    interruption after that many steps (used by the tests).
+
+    Steps count in the recipe's units whatever ``batch_scale``: an update at scale N takes the
+    corpus rows and teacher records of N recipe steps as one batch N times larger, at the learning
+    rate of the first of them. The data and its order are the recipe's, so an accelerator (``device``)
+    runs the same recipe with a bigger batch and fewer updates, and a run resumes at another scale
+    from any checkpoint."""
     from tqdm import tqdm
 
     tr = recipe["train"]
+    if batch_scale < 1:
+        raise InvalidArgument(f"--batch-scale must be 1 or more, got {batch_scale}")
+    dev = resolve_device(device)
     torch.set_num_threads(threads or tr.get("threads", torch.get_num_threads()))
     if not export_only:
-        check_memory(recipe)
+        check_memory(recipe, device=dev, batch_scale=batch_scale)
     tokenizer, tok_path = load_tokenizer(recipe["tokenizer"])
     t0 = time.time()
     rows = torch.from_numpy(build_rows(recipe, tokenizer)).long()
     if not quiet:
         print(f"{recipe['name']}: {rows.numel():,} training tokens packed in {time.time() - t0:.1f}s", file=sys.stderr)
-    model = build_model(recipe, warm=True)
+    model = build_model(recipe, warm=True).to(dev)
     teacher = load_teacher(recipe)
+    if teacher is not None:
+        teacher.to(dev)
     teachers = (
         CrossVocabTeachers(recipe["teachers"], tokenizer_path=tok_path, seed=tr["seed"])
         if "teachers" in recipe
@@ -366,38 +271,40 @@ def train(
     lm_weight = recipe.get("teachers", {}).get("lm_weight", 1.0)
     proposed = teachers.token_counts(tr["steps"], recipe["model"]["vocab_size"]) if teachers is not None else None
     kept = head_tokens(recipe, rows.numpy(), proposed)
+    kept = kept.to(dev) if kept is not None else None
     opt = _make_optimizer(model, tr)
     ckpt = work_dir / "checkpoints"
     if not resume and ckpt.exists():
         shutil.rmtree(ckpt)
     step, losses = load_checkpoint(ckpt, model, opt)
     model.train()
-    B = tr["batch_size"]
-    bar = tqdm(total=tr["steps"], initial=step, desc=recipe["name"], file=sys.stderr, disable=quiet)
+    B, every = tr["batch_size"], tr["checkpoint_every"]
+    bar = tqdm(total=tr["steps"], initial=step, desc=recipe["name"], file=sys.stderr, disable=quiet, unit="step")
     t_start, tok_done = time.time(), 0
     seconds0 = checkpoint_seconds(ckpt)
     while step < tr["steps"] and not export_only:
         if stop_after is not None and step >= stop_after:
             bar.close()
             return losses
+        n = min(batch_scale, tr["steps"] - step)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tr)
-        batch = rows[step * B : (step + 1) * B]
-        loss = torch.zeros(())
+        batch = rows[step * B : (step + n) * B].to(dev)
+        loss = torch.zeros((), device=dev)
         if lm_weight:
             loss = lm_weight * step_loss(model, batch, teacher=teacher, kd=recipe.get("teacher", {}), kept=kept)
         if teachers is not None:
-            loss = loss + teachers.loss(model, step, kept)
+            loss = loss + teachers.loss(model, step, kept, steps=n)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
-        step += 1
+        step += n
         losses.append([step, round(loss.item(), 5)])
         tok_done += batch.numel()
-        bar.update(1)
+        bar.update(n)
         bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_done / (time.time() - t_start):.0f}")
-        if step % tr["checkpoint_every"] == 0 or step == tr["steps"]:
+        if step // every != (step - n) // every or step == tr["steps"]:
             save_checkpoint(ckpt, step, model, opt, losses, seconds0 + time.time() - t_start)
             write_json(work_dir / "loss_curve.json", {"recipe": recipe["name"], "losses": losses})
     bar.close()
@@ -482,6 +389,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", type=Path, help="checkpoints and logs (default: models/checkpoints/<name>)")
     ap.add_argument("--out", type=Path, help="HF export folder (default: models/bundled/<name>)")
     ap.add_argument("--threads", type=int, help="torch threads (default: the recipe's)")
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="where to train: cpu (default), cuda, cuda:N, mps, or auto (the first accelerator torch sees)",
+    )
+    ap.add_argument(
+        "--batch-scale",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train on N recipe steps' data per update (a batch N times larger, N times fewer updates; "
+        "same data in the same order): for an accelerator",
+    )
     ap.add_argument("--install-tokenizers", action="store_true", help="copy converted tokenizers into models/bundled/*")
     ap.add_argument("--export-only", action="store_true", help="export the last checkpoint without training further")
     ap.add_argument(
@@ -511,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume or args.export_only,
             threads=args.threads,
             export_only=args.export_only,
+            device=args.device,
+            batch_scale=args.batch_scale,
         )
     except OmnidraftError as exc:
         print(f"train: error: {exc}", file=sys.stderr)

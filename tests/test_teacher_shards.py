@@ -14,6 +14,7 @@ from test_train_recipe import final_weights
 from omnidraft.errors import DataError, InvalidArgument
 from omnidraft.models import teacher_shards as S
 from omnidraft.models import train as T
+from omnidraft.models.train_resources import memory_estimate
 
 TEXTS = [
     "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n",
@@ -137,6 +138,10 @@ def test_the_cli_says_what_is_wrong_in_one_line(capsys):
     assert S.main(["--teacher", "x", "--drafter", "y", "--out", "z", "--mix", "poetry=1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--mix domains are code, math, text" in err[0]
+    if not torch.cuda.is_available():
+        assert S.main(["--teacher", "x", "--drafter", "y", "--out", "z", "--chars", "500", "--device", "cuda"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--device cuda" in err[0] and "--device cpu" in err[0]
 
 
 def cross_recipe(drafter, sets: list, lm_weight: float = 0.5) -> dict:
@@ -259,9 +264,9 @@ def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_
 def test_a_teacher_recipe_too_big_for_memory_is_refused_in_one_line(tiny_pair, passed, tmp_path, capsys):
     drafter, _ = tiny_pair
     r = cross_recipe(drafter, [{"shards": str(passed)}])
-    small = T.memory_estimate(r)
+    small = memory_estimate(r)
     r["teachers"]["records_per_step"] = 10**6
-    assert T.memory_estimate(r) > 100 * small
+    assert memory_estimate(r) > 100 * small
     path = tmp_path / "huge.json"
     path.write_text(json.dumps(r))
     assert T.main(["--recipe", str(path), "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "out")]) == 1
@@ -346,3 +351,14 @@ def test_the_head_counts_every_token_a_run_asks_the_drafter_to_propose(tiny_pair
                 np.add.at(want, rec.ids[rows[rows < len(rec.ids)]], 1)
     assert steps * teachers.per_step % len(teachers.sets[0].records) != 0  # the run ends mid-epoch
     assert np.array_equal(teachers.token_counts(steps, vocab), want)
+
+
+def test_a_batch_of_several_steps_holds_exactly_their_teacher_records(tiny_pair, passed):
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, _ = tiny_pair
+    r = cross_recipe(drafter, [{"shards": str(passed)}])
+    t = CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=3)
+    for step in (0, 1, 5):  # across the end of an epoch of the pass's few records too
+        wide = t._records(0, step, 3)
+        assert [id(x) for x in wide] == [id(x) for s in range(step, step + 3) for x in t._records(0, s)]

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from omnidraft.errors import InvalidArgument, ModelFolderError
 from omnidraft.models import train as T
+from omnidraft.models.checkpoints import load_checkpoint
 
 GPT2 = Path(T.MODELS_DIR) / "tokenizers" / "gpt2" / "tokenizer.json"
 
@@ -76,7 +77,7 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     junk.mkdir()
     (junk / "model.safetensors").write_bytes(b"partial")
     model = T.build_model(r)
-    step, losses = T.load_checkpoint(ck, model, T._make_optimizer(model, r["train"]))
+    step, losses = load_checkpoint(ck, model, T._make_optimizer(model, r["train"]))
     assert step == 2 and len(losses) == 2
 
 
@@ -87,7 +88,7 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path):
     (tmp_path / "checkpoints" / latest["dir"] / "optimizer.safetensors").write_bytes(b"garbage")
     model = T.build_model(r)
     with pytest.raises(ModelFolderError, match="delete that folder"):
-        T.load_checkpoint(tmp_path / "checkpoints", model, T._make_optimizer(model, r["train"]))
+        load_checkpoint(tmp_path / "checkpoints", model, T._make_optimizer(model, r["train"]))
 
 
 def test_export_is_a_half_precision_hf_folder(tmp_path):

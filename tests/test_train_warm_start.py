@@ -10,6 +10,7 @@ from test_train_recipe import final_weights, tiny_recipe
 from omnidraft.errors import InvalidArgument, ModelFolderError
 from omnidraft.models import distill as D
 from omnidraft.models import train as T
+from omnidraft.models.train_resources import memory_estimate
 
 
 def source_folder(tmp_path, layers: int = 3, **model):
@@ -151,9 +152,9 @@ def test_drafter_v2_recipe_is_a_warm_started_drafter_of_its_own_vocabulary():
 
 def test_recipe_too_big_for_memory_is_refused_up_front_with_the_estimate(tmp_path, capsys):
     r = tiny_recipe()
-    small = T.memory_estimate(r)
+    small = memory_estimate(r)
     r["train"] = r["train"] | {"batch_size": 10**6}
-    assert T.memory_estimate(r) > 100 * small
+    assert memory_estimate(r) > 100 * small
     path = tmp_path / "huge.json"
     path.write_text(json.dumps(r))
     assert T.main(["--recipe", str(path), "--work-dir", str(tmp_path / "w"), "--out", str(tmp_path / "out")]) == 1
