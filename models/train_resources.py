@@ -3,6 +3,7 @@ a recipe needs at a batch scale against what that device has free, checked befor
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ def resolve_device(name: str | None) -> torch.device:
     """``auto``: the first accelerator torch can use, else the CPU. A named accelerator that this
     machine or this torch build lacks is one clear error, never a silent CPU run."""
     name = name or "auto"
-    if name not in DEVICES and not name.startswith("cuda:"):
+    if name not in DEVICES and not re.fullmatch(r"cuda:\d+", name):
         raise InvalidArgument(f"unknown device {name!r}; choose from: {', '.join(DEVICES)} (or cuda:N)")
     cuda = torch.cuda.is_available()
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
@@ -28,7 +29,7 @@ def resolve_device(name: str | None) -> torch.device:
             f"--device {name}: this torch build ({torch.__version__}) sees no CUDA device; "
             "install a CUDA build of torch on a machine with a GPU, or pass --device cpu"
         )
-    if name.startswith("cuda:") and int(name.split(":")[1] or 0) >= torch.cuda.device_count():
+    if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
         raise InvalidArgument(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
     if name == "mps" and not mps:
         raise InvalidArgument("--device mps: this machine or torch build has no MPS device; pass --device cpu")
@@ -63,11 +64,15 @@ def memory_estimate(recipe: dict[str, Any], *, batch_scale: int = 1) -> int:
         t = recipe["teachers"]
         records = t.get("records_per_step", 8) * batch_scale
         need += len(t.get("sets", ())) * records * t.get("seq_len", 256) * vocab * 4 * 6
-        from .teacher_shards import shards_dir
+    return need + records_bytes(recipe) + 2**30
 
-        for s in t.get("sets", ()):  # records are held in memory, about twice their stored size
-            need += 2 * sum(f.stat().st_size for f in shards_dir(s["shards"]).glob("shard-*.safetensors"))
-    return need + 2**30
+
+def records_bytes(recipe: dict[str, Any]) -> int:
+    """The teacher records a run holds in host memory (about twice their stored size), wherever it trains."""
+    from .teacher_shards import shards_dir
+
+    sets = recipe.get("teachers", {}).get("sets", ())
+    return sum(2 * f.stat().st_size for s in sets for f in shards_dir(s["shards"]).glob("shard-*.safetensors"))
 
 
 def _available_memory() -> int | None:
@@ -92,6 +97,14 @@ def check_memory(recipe: dict[str, Any], *, device: torch.device | None = None, 
     """Refuses, before any data is built, a recipe whose run would not fit the device's free memory."""
     device = device or torch.device("cpu")
     need, free = memory_estimate(recipe, batch_scale=batch_scale), free_memory(device)
+    if device.type == "cuda":  # the records stay in host memory; the rest lives on the GPU
+        held, host = records_bytes(recipe), _available_memory()
+        if host is not None and held > host:
+            raise InvalidArgument(
+                f"recipe {recipe['name']}'s teacher records need about {held / 2**30:.1f} GiB of host memory and "
+                f"{host / 2**30:.1f} GiB is free; train on fewer teachers.sets"
+            )
+        need -= held
     if free is not None and need > free:
         tr, d = recipe["train"], recipe["data"]
         scale = f", batch scale {batch_scale}" if batch_scale > 1 else ""

@@ -81,6 +81,8 @@ def test_a_device_this_machine_lacks_is_one_line_before_anything_is_built(tmp_pa
         resolve_device("cuda")
     with pytest.raises(InvalidArgument, match="choose from"):
         resolve_device("tpu")
+    with pytest.raises(InvalidArgument, match="choose from"):
+        resolve_device("cuda:x")
     assert resolve_device("auto") == resolve_device("cpu") or resolve_device("auto").type == "mps"
     path = tmp_path / "r.json"
     path.write_text(json.dumps(tiny_recipe()))
