@@ -271,7 +271,8 @@ def test_derived_figures_are_consistent(report):
         assert r["outputs_match_target_only"] is True, m
         if m == "target-only":
             continue
-        k = best.get(m, best["untrained"])["draft_len"]  # adapted rows use their own sweep's K
+        # adapted rows use their own sweep's K, and a +lookup twin its base row's
+        k = best.get(m.removesuffix("+lookup"), best["untrained"])["draft_len"]
         assert r["draft_len"] == k
         assert r["bound"] == pytest.approx(speedup_bound(r["acceptance_rate"], k, r["cost_ratio"]), rel=1e-3, abs=1e-3)
         assert r["bound_ratio"] == pytest.approx(r["speedup"] / r["bound"], rel=0.01, abs=0.002)
@@ -609,7 +610,7 @@ def test_tune_prompts_must_not_be_negative(pair, tmp_path, capsys):
 def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
     from omnidraft.bench.method_table import _row
     from omnidraft.bench.streams_eval import StreamRun
-    from omnidraft.runtime.speculative import DecodeStats
+    from omnidraft.runtime.decode_stats import DecodeStats
 
     def run(name, mode, k, **stats):
         r = StreamRun(name, mode, k)
