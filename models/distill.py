@@ -24,7 +24,9 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
     become layers 0.., everything outside the layers (embedding, final norm, head) is copied as it
     is. A pretrained embedding and head are most of what a small drafter cannot learn on a CPU.
     With ``init["widen"]`` the recipe's model may be wider than the source (hidden size, heads,
-    MLP): the source is embedded so that the wider model computes the same logits (``_widen``)."""
+    MLP): the source is embedded so that the wider model computes the same logits (``_widen``).
+    A ``null`` in ``init["layers"]`` is a new layer that starts as the identity (``_identity_layer``),
+    so a deeper model also computes the same logits at step 0; a repeated index copies that layer."""
     from omnidraft.models.sources import resolve
 
     folder = resolve(init["model"])
@@ -32,17 +34,22 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
         src = load_file(str(folder / "model.safetensors"))
     except (OSError, SafetensorError) as exc:
         raise ModelFolderError(f"cannot read the warm start's weights in {folder} ({exc})") from exc
-    keep = {int(i): j for j, i in enumerate(init["layers"])}
+    layers = init["layers"]
     mapped = {}
     for name, t in src.items():
         m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
         if m is None:
             mapped[name] = t
-        elif int(m.group(1)) in keep:
-            mapped[f"model.layers.{keep[int(m.group(1))]}.{m.group(2)}"] = t
+            continue
+        for j, i in enumerate(layers):
+            if i is not None and int(i) == int(m.group(1)):
+                mapped[f"model.layers.{j}.{m.group(2)}"] = t
     own = model.state_dict()
     if init.get("widen"):
         mapped = _widen(mapped, own, model.config, folder, init["model"])
+    for j, i in enumerate(layers):
+        if i is None:
+            mapped.update(_identity_layer(own, j))
     wrong = [n for n, t in mapped.items() if n in own and own[n].shape != t.shape]
     missing = [
         n for n in own if n not in mapped and not (n == "lm_head.weight" and "model.embed_tokens.weight" in mapped)
@@ -93,6 +100,18 @@ def _widen(mapped: dict[str, torch.Tensor], own: dict[str, torch.Tensor], config
             w = torch.zeros_like(own[n]) if n.endswith(_WRITERS) else own[n].clone()
             w[block] = t.to(w.dtype)
         out[n] = w
+    return out
+
+
+def _identity_layer(own: dict[str, torch.Tensor], j: int) -> dict[str, torch.Tensor]:
+    """Layer ``j`` as a residual block that adds nothing: its writers (o_proj, down_proj) are zero,
+    its readers keep their random init, so its first gradients reach o_proj and down_proj and the
+    rest follows; the norms start at 1."""
+    prefix = f"model.layers.{j}."
+    out = {}
+    for n, t in own.items():
+        if n.startswith(prefix):
+            out[n] = torch.zeros_like(t) if n.endswith(_WRITERS) else t.clone()
     return out
 
 

@@ -78,6 +78,26 @@ def test_a_widened_warm_start_computes_the_source_and_trains_every_new_weight(tm
     assert w["model.layers.1.mlp.down_proj.weight"].grad[:, 32:].abs().sum() > 0
 
 
+def test_a_deepened_warm_start_computes_the_source_and_its_new_layers_learn(tmp_path):
+    # null layers start as the identity, so the deeper model's logits are the source's exactly
+    folder = source_folder(tmp_path, layers=2)
+    src = D.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
+    deep = T.build_model(warm_recipe(folder, layers=(0, None, 1, None)), warm=True)
+    batch = torch.randint(0, 50257, (2, 24), generator=torch.Generator().manual_seed(0))
+    want = src(input_ids=batch).logits
+    got = deep(input_ids=batch).logits
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    deep(input_ids=batch, labels=batch).loss.backward()
+    w = dict(deep.named_parameters())
+    for j in (1, 3):
+        assert w[f"model.layers.{j}.self_attn.o_proj.weight"].grad.abs().sum() > 0
+        assert w[f"model.layers.{j}.mlp.down_proj.weight"].grad.abs().sum() > 0
+    # a repeated index is a copy of that layer
+    twice = T.build_model(warm_recipe(folder, layers=(0, 0, 1)), warm=True).state_dict()
+    k = "self_attn.q_proj.weight"
+    assert torch.equal(twice[f"model.layers.0.{k}"], twice[f"model.layers.1.{k}"])
+
+
 def test_a_widening_that_changes_the_head_width_is_one_clear_error(tmp_path):
     folder = source_folder(tmp_path, layers=2)
     r = wide_recipe(folder)
