@@ -10,7 +10,8 @@ import copy
 from dataclasses import dataclass, field
 
 from omnidraft.errors import ContextOverflow
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.decode_config import DecodeConfig
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 
 @dataclass

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.session import open_pair
-from omnidraft.runtime.speculative import DecodeConfig
 
 from . import delta
 from .buffer import TOP_K, Collector, Record

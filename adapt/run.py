@@ -127,7 +127,7 @@ def adapt_stream(
         if eval_draft_lens:
             ev["by_draft_len"] = _by_draft_len(ad, test, final_cache, eval_draft_lens, progress)
         if greedy_check:
-            from omnidraft.runtime.speculative import DecodeConfig
+            from omnidraft.runtime.decode_config import DecodeConfig
 
             from .guard import measure
 

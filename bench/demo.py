@@ -14,8 +14,9 @@ from omnidraft.bench.streams_eval import StreamRun, run_lockstep
 from omnidraft.errors import InvalidArgument
 from omnidraft.models.streams import STREAMS, load_stream
 from omnidraft.runtime.context_lookup import LookupConfig
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 BACKENDS = {
     "ort": ("onnx", "int8"),

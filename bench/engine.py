@@ -23,9 +23,10 @@ from omnidraft.native_output import without_native_lines
 from omnidraft.runtime.answer_memory import AnswerMemory
 from omnidraft.runtime.backends.base import DRAFTER_THREADS
 from omnidraft.runtime.context_lookup import LookupConfig
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import LoadedModel, check_hf_folder, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 
 @dataclass

@@ -19,7 +19,7 @@ from omnidraft.bench.token_classes import ClassCounts, tally
 from omnidraft.errors import ContextOverflow
 from omnidraft.models.streams import STREAMS, load_stream
 from omnidraft.runtime.context_lookup import LookupConfig
-from omnidraft.runtime.speculative import DecodeConfig
+from omnidraft.runtime.decode_config import DecodeConfig
 
 MODES = ("dm", "ngram")
 

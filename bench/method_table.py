@@ -31,8 +31,8 @@ from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import OmnidraftError
 from omnidraft.models.streams import load_stream
 from omnidraft.runtime.answer_memory import AnswerMemory
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
-from omnidraft.runtime.speculative import DecodeConfig
 
 SCHEMA = "omnidraft.bench"
 SCHEMA_VERSION = 1

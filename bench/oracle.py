@@ -92,8 +92,8 @@ def measure(stream: str, prompts: int, max_new_tokens: int, c: float, v: float) 
     """Decode ``prompts`` test prompts with the bundled target alone and score the oracle on them."""
     from omnidraft.bench.bundled import BUNDLED, cached_export
     from omnidraft.models.streams import load_stream
+    from omnidraft.runtime.decode_config import DecodeConfig
     from omnidraft.runtime.session import open_pair
-    from omnidraft.runtime.speculative import DecodeConfig
 
     if prompts < 1:
         raise InvalidArgument(f"--prompts {prompts}: give at least 1")

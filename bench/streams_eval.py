@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from omnidraft.runtime.speculative import DecodeConfig, DecodeStats, SpeculativeDecoder
+from omnidraft.runtime.decode_config import DecodeConfig
+from omnidraft.runtime.decode_stats import DecodeStats
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 
 @dataclass

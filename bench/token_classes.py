@@ -47,7 +47,7 @@ class ClassCounts:
 
 
 def tally(rounds: Iterable, decode: Callable[[list[int]], str], into: dict[str, ClassCounts]) -> None:
-    """Add traced rounds (runtime.speculative.RoundTrace) to ``into``, class by class. A round's
+    """Add traced rounds (runtime.decode_stats.RoundTrace) to ``into``, class by class. A round's
     first ``accepted`` proposals were accepted; its committed tokens past them are the target's own."""
     cls: dict[int, str] = {}
 

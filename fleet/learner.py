@@ -23,7 +23,7 @@ from omnidraft.adapt import delta
 from omnidraft.adapt.buffer import Record
 from omnidraft.adapt.guard import Measure, measure
 from omnidraft.adapt.online import AdaptConfig, OnlineAdapter, PublishPolicy, StreamDecoding, StreamLog, UpdateSchedule
-from omnidraft.runtime.speculative import DecodeConfig
+from omnidraft.runtime.decode_config import DecodeConfig
 
 from .aggregate import Adapter
 from .config import LocalConfig

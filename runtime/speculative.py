@@ -14,20 +14,21 @@ imports numpy and the runtime's own small modules, nothing else.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import ClassVar, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from omnidraft.errors import ContextOverflow, InvalidArgument
 from omnidraft.runtime.answer_memory import AnswerMemory
 from omnidraft.runtime.backends.base import fill, last_row, last_row_accept
-from omnidraft.runtime.context_lookup import ContextIndex, LookupConfig
+from omnidraft.runtime.context_lookup import ContextIndex
+from omnidraft.runtime.decode_config import DecodeConfig
+from omnidraft.runtime.decode_stats import DecodeResult, DecodeStats, RoundTrace
 from omnidraft.runtime.draft_length.head_file import require_head
-from omnidraft.runtime.draft_length.policy import policy_for, validate_adaptive
+from omnidraft.runtime.draft_length.policy import policy_for
 from omnidraft.runtime.exact_proposal import ExactNgrams, exact_ngrams
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
@@ -43,172 +44,12 @@ from omnidraft.runtime.translate import (
 from omnidraft.runtime.vocab import VocabMap, build_vocab_map
 from omnidraft.validate import check_text
 
-MODES = ("ngram", "dm", "target-only")
-# Sampling with merged n-grams: "exact" proposes only what it can score (runtime/exact_proposal.py);
-# "paper" merges every cached n-gram with Eq. 1-2, approximately (tests/test_exact_sampling.py
-# measures its gap on an adversarial n-gram).
-NGRAM_SAMPLING = ("exact", "paper")
-
 
 class RandomSource(Protocol):
     """Where the loop's uniform draws come from (``numpy.random.Generator`` is one); a caller that
     records or replays draws passes its own."""
 
     def random(self) -> float: ...
-
-
-@dataclass
-class DecodeConfig:
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    draft_len: int | str = 4  # K, or "auto": the drafter's acceptance head decides
-    mode: str = "ngram"
-    seed: int = 0
-    lookbehind: int = 8
-    gamma: float = 0.5  # auto: stop once P(some drafted token is rejected) > gamma
-    max_draft_len: int = 16  # auto: K_max; 0 turns drafting off (the online controller sets it)
-    splits: bool = True  # ngram mode, greedy: draft unmapped tokens the target spells with several
-    # auto: logit offsets per drafted token, learned online from past verifications (runtime.accept_online)
-    accept_offsets: dict[int, float] | None = None
-    ngram_sampling: str = "exact"  # temperature > 0, ngram mode: "exact" | "paper" (NGRAM_SAMPLING)
-    lookup: LookupConfig | None = None  # copy drafts from the context where it repeats (runtime/context_lookup.py)
-
-    @property
-    def uses_splits(self) -> bool:
-        # Sampling needs q' for every proposed target token (Eq. 1-2), which a split does not define.
-        return self.splits and self.mode == "ngram" and self.temperature == 0
-
-    @property
-    def exact_ngrams(self) -> bool:
-        return self.mode == "ngram" and self.temperature > 0 and self.ngram_sampling == "exact"
-
-    @property
-    def adaptive(self) -> bool:
-        return self.draft_len == "auto"
-
-    @property
-    def k_max(self) -> int:
-        return self.max_draft_len if self.adaptive else self.draft_len
-
-    @property
-    def longest_proposal(self) -> int:
-        """The most target tokens one round can propose (the KV room a generation must leave)."""
-        return max(self.k_max, self.lookup.max_tokens if self.lookup is not None else 0)
-
-    @property
-    def drafts(self) -> bool:
-        """The one test of "drafting off": the target-only mode, or a longest draft of 0."""
-        return self.mode != "target-only" and self.k_max > 0
-
-    def validate(self) -> None:
-        if self.mode not in MODES:
-            raise InvalidArgument(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
-            raise InvalidArgument(
-                f"temperature must be >= 0 and finite (got {self.temperature}); use 0 for greedy decoding"
-            )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InvalidArgument(f"seed must be an integer >= 0 (got {self.seed})")
-        if self.ngram_sampling not in NGRAM_SAMPLING:
-            raise InvalidArgument(
-                f"unknown n-gram sampling rule {self.ngram_sampling!r}; choose one of {', '.join(NGRAM_SAMPLING)}"
-            )
-        validate_adaptive(self.draft_len, self.gamma, self.max_draft_len or 1)
-        if self.lookup is not None:
-            self.lookup.validate()
-        if self.max_new_tokens < 1:
-            raise InvalidArgument(f"max new tokens must be >= 1 (got {self.max_new_tokens})")
-
-
-@dataclass
-class DecodeStats:
-    steps: int = 0  # target calls
-    proposed: int = 0  # translated target tokens sent for verification
-    accepted: int = 0
-    ngram_proposed: int = 0
-    ngram_hits: int = 0  # merged n-gram tokens the target accepted
-    ngram_added: int = 0
-    split_proposed: int = 0  # target tokens proposed through a split drafter token
-    split_accepted: int = 0
-    lookup_rounds: int = 0  # rounds that proposed copied tokens (context or answer memory) instead of drafting
-    lookup_proposed: int = 0
-    lookup_accepted: int = 0
-    memory_rounds: int = 0  # of those, the rounds the answer memory proposed
-    memory_proposed: int = 0
-    memory_accepted: int = 0
-    drafter_calls: int = 0
-    new_tokens: int = 0
-    seconds: float = 0.0
-    prefill_seconds: float = 0.0  # the target's prompt pass: the same work in every mode
-    drafter_seconds: float = 0.0
-    target_seconds: float = 0.0
-
-    def record_round(self, tr: Translation, accepted: int, split: list[bool], added: int) -> None:
-        """Count one verified round: ``split`` marks the target tokens a split drafter token proposed."""
-        self.proposed += len(tr)
-        self.accepted += accepted
-        self.ngram_proposed += sum(key is not None for key in tr.keys)
-        self.ngram_hits += sum(key is not None for key in tr.keys[:accepted])
-        self.split_proposed += sum(split)
-        self.split_accepted += sum(split[:accepted])
-        self.ngram_added += added
-
-    def __iadd__(self, other: DecodeStats) -> DecodeStats:
-        """Sum another decode's counts and times into this one (a stream's total over its prompts)."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-        return self
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.new_tokens / self.steps if self.steps else 0.0
-
-    @property
-    def decode_seconds(self) -> float:
-        """Wall time after the target's prompt pass (the paper's per-step convention compares this)."""
-        return self.seconds - self.prefill_seconds
-
-    @property
-    def overhead_fraction(self) -> float:
-        """Share of wall time spent outside the two models (translation, sampling, bookkeeping)."""
-        return 1.0 - (self.drafter_seconds + self.target_seconds) / self.seconds if self.seconds else 0.0
-
-
-@dataclass(frozen=True)
-class RoundTrace:
-    """One verified round as tracing records it. The online controller replays rounds from the
-    timings and head logits, the acceptance head learns from draft/spans/accepted, and the Android
-    vectors keep every field but the timings (``TIMING``)."""
-
-    draft: list[int] = field(default_factory=list)  # drafter tokens, n-gram sub-tokens fed after a head included
-    target_ids: list[int] = field(default_factory=list)  # their translation, as verified
-    spans: list[tuple[int, int]] = field(default_factory=list)  # drafter positions [a, b) of each target token
-    merged: list[bool] = field(default_factory=list)  # target token i is a cached n-gram
-    accepted: int = 0  # target tokens accepted
-    extra: int = -1  # the correction or bonus token
-    committed: list[int] = field(default_factory=list)  # target tokens appended (cut at EOS / the budget)
-    uniforms: list[float] = field(default_factory=list)  # random draws, in order (sampling)
-    ngram_added: int = 0
-    drafter_cache_kept: int = 0  # drafter KV positions kept after the resync
-    context: list[int] = field(default_factory=list)  # the drafter's context the round drafted from
-    accept_logits: list[float] = field(default_factory=list)  # per drafted token (adaptive drafting)
-    drafter_call_seconds: list[float] = field(default_factory=list)
-    target_fed: int = 0  # tokens fed to the verification call
-    target_seconds: float = 0.0  # its time
-
-    TIMING: ClassVar[tuple[str, ...]] = ("drafter_call_seconds", "target_fed", "target_seconds")
-
-
-@dataclass
-class DecodeResult:
-    text: str
-    token_ids: list[int]
-    stats: DecodeStats
-    rounds: list[RoundTrace] = field(default_factory=list)  # filled only when tracing
 
 
 class SpeculativeDecoder:

@@ -14,6 +14,7 @@ import torch
 from tiny_models import ScriptedDrafter, make_tiny_model
 
 from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.draft_length.head_file import AcceptHeadError, drafter_identity, read_head
 from omnidraft.runtime.draft_length.head_model import AcceptHead, load_head, save_head
 from omnidraft.runtime.draft_length.policy import (
@@ -25,7 +26,7 @@ from omnidraft.runtime.draft_length.policy import (
 )
 from omnidraft.runtime.loader import LoadedModel, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\nprint(",

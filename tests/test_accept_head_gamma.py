@@ -17,8 +17,9 @@ from types import SimpleNamespace
 import pytest
 
 from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.decode_config import DecodeConfig
+from omnidraft.runtime.decode_stats import RoundTrace
 from omnidraft.runtime.draft_length.controller import GammaController
-from omnidraft.runtime.speculative import DecodeConfig, RoundTrace
 
 DRAFT_S, VERIFY_S, PER_TOKEN_S, OTHER_S = 1.0e-3, 2.0e-3, 0.8e-3, 0.3e-3
 PLAIN_OTHER_S = 0.05e-3  # a plain target step's loop overhead (no translation, no drafter context)

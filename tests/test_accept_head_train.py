@@ -21,10 +21,11 @@ from omnidraft.adapt.online import (
     UpdateSchedule,
 )
 from omnidraft.cli import main
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.draft_length.head_file import drafter_identity, read_head
 from omnidraft.runtime.draft_length.head_model import AcceptHead
 from omnidraft.runtime.loader import load_model
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\nprint(",

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from omnidraft.errors import InvalidArgument
+from omnidraft.runtime.decode_config import DecodeConfig
+from omnidraft.runtime.decode_stats import RoundTrace
 from omnidraft.runtime.draft_length.calibration import TokenCalibration
 from omnidraft.runtime.draft_length.controller import GammaController
-from omnidraft.runtime.speculative import DecodeConfig, RoundTrace
 
 
 def _round(tokens, z, accepted, spans=None):

@@ -8,8 +8,9 @@ from tiny_models import make_tiny_model
 
 from omnidraft.adapt import delta
 from omnidraft.adapt.trainer import wrap_lora
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import load_model
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 PROMPTS = ["def add(a, b):", "The quick brown fox", "Question: 3 + 4 =", "import os\n"]
 

@@ -10,8 +10,8 @@ from tiny_models import make_tiny_model
 from omnidraft.adapt.buffer import Collector, Record, compact_target
 from omnidraft.adapt.loss import LAMBDA, SPLIT_LAMBDA, hybrid_loss, make_batch
 from omnidraft.adapt.trainer import Trainer, wrap_lora
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.session import open_pair
-from omnidraft.runtime.speculative import DecodeConfig
 
 
 def _softmax(x):

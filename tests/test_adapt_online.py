@@ -13,7 +13,7 @@ from omnidraft.adapt import online
 from omnidraft.adapt.guard import Measure
 from omnidraft.adapt.online import AdaptConfig, OnlineAdapter, PublishPolicy, StreamDecoding, UpdateSchedule
 from omnidraft.cli import main
-from omnidraft.runtime.speculative import DecodeConfig
+from omnidraft.runtime.decode_config import DecodeConfig
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\nprint(",

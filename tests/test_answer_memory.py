@@ -12,9 +12,10 @@ from test_speculative import PAIRS, PROMPTS, models  # noqa: F401
 from omnidraft.errors import CacheFileError, InvalidArgument
 from omnidraft.runtime.answer_memory import AnswerMemory, MemoryConfig
 from omnidraft.runtime.context_lookup import LookupConfig
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 TOK = "0" * 64
 

@@ -10,9 +10,10 @@ from test_speculative import PAIRS, PROMPTS, _exact_target_joint, _sampling_pair
 from omnidraft.errors import InvalidArgument
 from omnidraft.runtime import speculative as spec_mod
 from omnidraft.runtime.context_lookup import ContextIndex, LookupConfig, parse_ngram_range
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 
 def test_the_longest_latest_match_proposes_what_followed_it():

@@ -144,7 +144,8 @@ def test_lockstep_rotates_the_order_and_keeps_each_configurations_outputs():
     from types import SimpleNamespace
 
     from omnidraft.bench.streams_eval import run_lockstep
-    from omnidraft.runtime.speculative import DecodeConfig, DecodeStats
+    from omnidraft.runtime.decode_config import DecodeConfig
+    from omnidraft.runtime.decode_stats import DecodeStats
 
     calls = []
 

@@ -20,10 +20,11 @@ from omnidraft.errors import InvalidArgument, ManifestError, ModelFolderError
 from omnidraft.export import draft_vocab as dv
 from omnidraft.export.pipeline import export_model
 from omnidraft.runtime.backends.base import NEG_LOGIT
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.manifest import load_manifest
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 TOK = Path(__file__).resolve().parents[1] / "models" / "tokenizers"
 SIZE = 512

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 from omnidraft.runtime.tokenizer import load_codec
 from omnidraft.runtime.vocab import build_vocab_map
 

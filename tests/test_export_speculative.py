@@ -10,9 +10,10 @@ from tiny_models import make_tiny_model
 
 from omnidraft.errors import ContextOverflow
 from omnidraft.export.pipeline import export_model
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 TOK = Path(__file__).resolve().parents[1] / "models" / "tokenizers"
 PROMPTS = [

@@ -129,9 +129,10 @@ def test_an_existing_folder_is_replaced_only_by_a_complete_one(tiny_gguf, tmp_pa
 
 def test_instruct_prompts_are_wrapped_in_the_chat_template_and_output_stays_exact(tiny_gguf, tmp_path, capsys):
     from omnidraft.models.streams import load_stream
+    from omnidraft.runtime.decode_config import DecodeConfig
     from omnidraft.runtime.loader import load_model
     from omnidraft.runtime.ngram_cache import NgramCache
-    from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+    from omnidraft.runtime.speculative import SpeculativeDecoder
 
     target = import_gguf(tiny_gguf["gguf"], tmp_path / "instruct", progress=False)
     raw = load_stream("code", "test")[:3]

@@ -21,10 +21,11 @@ from omnidraft.export.pipeline import export_model
 from omnidraft.export.static_graph import export_static
 from omnidraft.models.streams import STREAMS, load_stream
 from omnidraft.runtime.backends import qnn
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import load_model as open_model
 from omnidraft.runtime.manifest import load_manifest
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 pytest.importorskip("onnxruntime_qnn", reason="needs the npu extra: pip install 'omnidraft[npu]'")
 

@@ -7,9 +7,10 @@ import pytest
 from tiny_models import ScriptedDrafter, make_tiny_model
 
 from omnidraft.runtime import speculative as spec_mod
+from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.loader import LoadedModel, load_model
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 
 PROMPTS = [
     'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',

@@ -9,7 +9,7 @@ import pytest
 
 from omnidraft.bench.token_classes import ClassCounts, classify, table, tally
 from omnidraft.cli import main
-from omnidraft.runtime.speculative import RoundTrace
+from omnidraft.runtime.decode_stats import RoundTrace
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from omnidraft.runtime.context_lookup import LookupConfig
+from omnidraft.runtime.decode_config import DecodeConfig
+from omnidraft.runtime.decode_stats import RoundTrace
 from omnidraft.runtime.loader import LoadedModel
 from omnidraft.runtime.ngram_cache import NgramCache
-from omnidraft.runtime.speculative import DecodeConfig, RoundTrace, SpeculativeDecoder
+from omnidraft.runtime.speculative import SpeculativeDecoder
 from omnidraft.runtime.tokenizer import TokenCodec
 
 FLOOR = np.float32(-12.0)

@@ -64,9 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from omnidraft.models.sources import resolve
     from omnidraft.runtime.chat import wrap
+    from omnidraft.runtime.decode_config import DecodeConfig
     from omnidraft.runtime.draft_length.policy import parse_draft_len
     from omnidraft.runtime.session import open_pair, save_cache
-    from omnidraft.runtime.speculative import DecodeConfig
 
     check_draft_length(args)
     cfg = DecodeConfig(

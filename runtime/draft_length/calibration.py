@@ -19,7 +19,7 @@ from omnidraft.errors import InvalidArgument
 from omnidraft.runtime.draft_length.policy import log_sigmoid, observed_targets
 
 if TYPE_CHECKING:
-    from omnidraft.runtime.speculative import RoundTrace
+    from omnidraft.runtime.decode_stats import RoundTrace
 
 
 @dataclass

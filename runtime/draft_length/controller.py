@@ -69,7 +69,7 @@ from omnidraft.runtime.draft_length.calibration import TokenCalibration
 from omnidraft.runtime.draft_length.policy import log_sigmoid
 
 if TYPE_CHECKING:
-    from omnidraft.runtime.speculative import RoundTrace
+    from omnidraft.runtime.decode_stats import RoundTrace
 
 GAMMAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 CAPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
