@@ -35,6 +35,17 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
     except (OSError, SafetensorError) as exc:
         raise ModelFolderError(f"cannot read the warm start's weights in {folder} ({exc})") from exc
     layers = init["layers"]
+    have = {int(m.group(1)) for n in src if (m := re.match(r"model\.layers\.(\d+)\.", n))}
+    if len(layers) != model.config.num_hidden_layers:
+        raise InvalidArgument(
+            f"init.layers lists {len(layers)} layers for a model of {model.config.num_hidden_layers} "
+            "(num_hidden_layers); list one entry per layer: a layer of the warm start, or null for a new one"
+        )
+    if bad := [i for i in layers if i is not None and (type(i) is not int or i not in have)]:
+        raise InvalidArgument(
+            f"init.layers names layer {bad[0]!r}, which {init['model']} does not have "
+            f"(it has layers 0-{max(have, default=-1)}); use their indices, or null for a new layer"
+        )
     mapped = {}
     for name, t in src.items():
         m = re.match(r"model\.layers\.(\d+)\.(.*)", name)

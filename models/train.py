@@ -254,12 +254,13 @@ def train(
     torch.set_num_threads(threads or tr.get("threads", torch.get_num_threads()))
     if not export_only:
         check_memory(recipe, device=dev, batch_scale=batch_scale)
+    # the model first: a warm start that does not fit the recipe is refused before the data is packed
+    model = build_model(recipe, warm=True).to(dev)
     tokenizer, tok_path = load_tokenizer(recipe["tokenizer"])
     t0 = time.time()
     rows = torch.from_numpy(build_rows(recipe, tokenizer)).long()
     if not quiet:
         print(f"{recipe['name']}: {rows.numel():,} training tokens packed in {time.time() - t0:.1f}s", file=sys.stderr)
-    model = build_model(recipe, warm=True).to(dev)
     teacher = load_teacher(recipe)
     if teacher is not None:
         teacher.to(dev)

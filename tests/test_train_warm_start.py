@@ -50,6 +50,21 @@ def test_warm_start_that_does_not_fit_is_one_clear_error(tmp_path):
         T.build_model(r, warm=True)
 
 
+@pytest.mark.parametrize(
+    ("layers", "num_layers", "said"),
+    [
+        ((0, 1), 3, "lists 2 layers for a model of 3"),
+        ((0, 7), 2, "names layer 7, which .* does not have \\(it has layers 0-2\\)"),
+        ((0, True), 2, "names layer True"),
+    ],
+)
+def test_init_layers_that_do_not_match_the_model_or_the_source_are_one_clear_error(tmp_path, layers, num_layers, said):
+    r = warm_recipe(source_folder(tmp_path), layers=layers)
+    r["model"]["num_hidden_layers"] = num_layers
+    with pytest.raises(InvalidArgument, match=said):
+        T.build_model(r, warm=True)
+
+
 def wide_recipe(folder) -> dict:
     r = warm_recipe(folder, layers=(0, 1))
     r["init"]["widen"] = True
