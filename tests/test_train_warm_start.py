@@ -29,6 +29,16 @@ def warm_recipe(folder, layers=(2, 0)) -> dict:
     return r
 
 
+def assert_computes_the_source(model, folder) -> torch.Tensor:
+    """The warm-started ``model``'s logits equal the source folder's; returns the batch it checked."""
+    src = D.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
+    batch = torch.randint(0, 50257, (2, 24), generator=torch.Generator().manual_seed(0))
+    want = src(input_ids=batch).logits
+    got = model(input_ids=batch).logits
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    return batch
+
+
 def test_warm_start_copies_the_kept_layers_in_order(tmp_path):
     folder = source_folder(tmp_path)
     src = torch.nn.Module.state_dict(
@@ -78,12 +88,8 @@ def test_a_widened_warm_start_computes_the_source_and_trains_every_new_weight(tm
     # RMSNorm's eps is the one thing the scaled norm weights cannot carry over (tiny random weights
     # make it 0.25 % of the mean square here), so this pair leaves it out to check the rest exactly
     folder = source_folder(tmp_path, layers=2, rms_norm_eps=1e-12)
-    src = D.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
     wide = T.build_model(wide_recipe(folder), warm=True)
-    batch = torch.randint(0, 50257, (2, 24), generator=torch.Generator().manual_seed(0))
-    want = src(input_ids=batch).logits
-    got = wide(input_ids=batch).logits
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    batch = assert_computes_the_source(wide, folder)
     # zero writers must not make a saddle: the new dims and units get gradient from the first step
     wide(input_ids=batch, labels=batch).loss.backward()
     w = dict(wide.named_parameters())
@@ -96,12 +102,8 @@ def test_a_widened_warm_start_computes_the_source_and_trains_every_new_weight(tm
 def test_a_deepened_warm_start_computes_the_source_and_its_new_layers_learn(tmp_path):
     # null layers start as the identity, so the deeper model's logits are the source's exactly
     folder = source_folder(tmp_path, layers=2)
-    src = D.load_teacher({"teacher": {"model": str(folder)}, "model": {"vocab_size": 50257}})
     deep = T.build_model(warm_recipe(folder, layers=(0, None, 1, None)), warm=True)
-    batch = torch.randint(0, 50257, (2, 24), generator=torch.Generator().manual_seed(0))
-    want = src(input_ids=batch).logits
-    got = deep(input_ids=batch).logits
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    batch = assert_computes_the_source(deep, folder)
     deep(input_ids=batch, labels=batch).loss.backward()
     w = dict(deep.named_parameters())
     for j in (1, 3):
