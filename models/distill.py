@@ -18,6 +18,8 @@ from safetensors.torch import load_file
 
 from omnidraft.errors import InvalidArgument, ModelFolderError
 
+_LAYER = re.compile(r"model\.layers\.(\d+)\.(.*)")  # a layer's weight: its index, the rest of its name
+
 
 def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
     """Copies a real model's weights into ``model``: its layers ``init["layers"]`` (in that order)
@@ -35,7 +37,7 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
     except (OSError, SafetensorError) as exc:
         raise ModelFolderError(f"cannot read the warm start's weights in {folder} ({exc})") from exc
     layers = init["layers"]
-    have = {int(m.group(1)) for n in src if (m := re.match(r"model\.layers\.(\d+)\.", n))}
+    have = {int(m.group(1)) for n in src if (m := _LAYER.match(n))}
     if len(layers) != model.config.num_hidden_layers:
         raise InvalidArgument(
             f"init.layers lists {len(layers)} layers for a model of {model.config.num_hidden_layers} "
@@ -48,12 +50,12 @@ def warm_start(model: torch.nn.Module, init: dict[str, Any]) -> None:
         )
     mapped = {}
     for name, t in src.items():
-        m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
+        m = _LAYER.match(name)
         if m is None:
             mapped[name] = t
             continue
         for j, i in enumerate(layers):
-            if i is not None and int(i) == int(m.group(1)):
+            if i == int(m.group(1)):
                 mapped[f"model.layers.{j}.{m.group(2)}"] = t
     own = model.state_dict()
     if init.get("widen"):
