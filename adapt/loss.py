@@ -131,6 +131,19 @@ def hybrid_loss(
     return total / (dm_mask.sum() + ng_mask.sum()).clamp(min=1.0)
 
 
+def sharpen(
+    topk_logp: torch.Tensor, tail: torch.Tensor, n: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stored teacher distribution over an ``n``-token intersection (top-K log p [..., K] and the
+    tail's log p per remaining id [...]) raised to 1/``temperature`` and renormalised. Below 1 it
+    moves the teacher towards its argmax, which is all that greedy verification accepts."""
+    z_top, z_tail = topk_logp / temperature, tail / temperature
+    rest = n - topk_logp.shape[-1]
+    terms = [z_top] + ([(z_tail + float(np.log(rest))).unsqueeze(-1)] if rest > 0 else [])
+    log_z = torch.logsumexp(torch.cat(terms, dim=-1), dim=-1)
+    return z_top - log_z.unsqueeze(-1), z_tail - log_z
+
+
 class LossModule(torch.nn.Module):
     """drafter + loss: ``forward(*Batch.inputs()) -> (loss,)``; loss first, as the ExecuTorch
     joint-graph export requires."""

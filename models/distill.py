@@ -200,7 +200,8 @@ class CrossVocabTeachers:
     (models/teacher_shards.py), each a term of the paper's hybrid loss through that teacher's direct
     map and n-grams. A step draws ``records_per_step`` records of every teacher, in an order that is
     a pure function of the seed and the step (an interrupted run resumes bit-identically); a batch
-    of several steps (``loss(..., steps=n)``) holds exactly their records."""
+    of several steps (``loss(..., steps=n)``) holds exactly their records. ``temperature`` (default
+    1) sharpens every stored teacher distribution before its KL (adapt/loss.py: sharpen)."""
 
     def __init__(self, spec: dict[str, Any], *, tokenizer_path, seed: int) -> None:
         import hashlib
@@ -210,10 +211,13 @@ class CrossVocabTeachers:
         sha = hashlib.sha256(tokenizer_path.read_bytes()).hexdigest()
         self.per_step = int(spec.get("records_per_step", 8))
         self.seq_len = int(spec.get("seq_len", 256))
+        self.temperature = spec.get("temperature", 1.0)
         if self.per_step < 1 or self.seq_len < 8 or not spec.get("sets"):
             raise InvalidArgument(
                 "recipe teachers needs sets (a list of {shards, weight}), records_per_step >= 1 and seq_len >= 8"
             )
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float) or self.temperature <= 0:
+            raise InvalidArgument(f"recipe teachers.temperature must be a number > 0 (got {self.temperature!r})")
         self.sets = [load_teacher_set(s["shards"], drafter_tokenizer_sha256=sha) for s in spec["sets"]]
         self.weights = [float(s.get("weight", 1.0)) for s in spec["sets"]]
         self.seed = seed
@@ -267,7 +271,7 @@ class CrossVocabTeachers:
         intersection is restricted to the kept tokens: the drafter as deployed can propose no other,
         and its q' is renormalised over what is left. A teacher top-K entry outside the head is out
         of q's support, so it drops out of the KL; an n-gram label outside the head drops its row."""
-        from omnidraft.adapt.loss import hybrid_loss, make_batch
+        from omnidraft.adapt.loss import hybrid_loss, make_batch, sharpen
 
         weight = model.get_output_embeddings().weight
         head = weight if kept is None else weight[kept]
@@ -278,6 +282,8 @@ class CrossVocabTeachers:
             hidden = model.model(input_ids=b.ids).last_hidden_state[rows]
             dm, idx, logp, tail = b.dm_mask[rows], b.topk_idx[rows], b.topk_logp[rows], b.tail[rows]
             ng, labels = b.ng_mask[rows], b.labels[rows]
+            if self.temperature != 1:
+                logp, tail = sharpen(logp, tail, len(ts.inter), self.temperature)
             inter, to_kept, column = self._cut(i, kept, weight.shape[0], weight.device)
             if to_kept is not None:
                 idx = to_kept[idx]

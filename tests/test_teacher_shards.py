@@ -362,3 +362,47 @@ def test_a_batch_of_several_steps_holds_exactly_their_teacher_records(tiny_pair,
     for step in (0, 1, 5):  # across the end of an epoch of the pass's few records too
         wide = t._records(0, step, 3)
         assert [id(x) for x in wide] == [id(x) for s in range(step, step + 3) for x in t._records(0, s)]
+
+
+def test_a_teacher_temperature_sharpens_the_stored_distribution_and_a_bad_one_is_refused(tiny_pair, passed):
+    """teachers.temperature T trains against p^(1/T), renormalised over the intersection: the
+    sharpened top-K + tail, spread back over every intersection id, is that distribution computed
+    densely, and the loss is the hybrid loss on it."""
+    from omnidraft.adapt.loss import hybrid_loss, make_batch, sharpen
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, _ = tiny_pair
+    r = cross_recipe(drafter, [{"shards": str(passed)}], lm_weight=0.0)
+    ts = CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0).sets[0]
+    b = make_batch(ts.records[:2], "hybrid", ts.k)
+    rows = b.dm_mask > 0
+    n = len(ts.inter)
+
+    def dense(logp, tail):
+        out = tail.unsqueeze(-1).expand(-1, n).clone()
+        return out.scatter(-1, b.topk_idx[rows], logp)
+
+    before = dense(b.topk_logp[rows], b.tail[rows]).double()
+    logp, tail = sharpen(b.topk_logp[rows], b.tail[rows], n, 0.5)
+    after = dense(logp, tail).double()
+    expected = torch.log_softmax(before / 0.5, dim=-1)
+    assert torch.allclose(after, expected, atol=1e-4 * expected.abs().max().item())
+    assert (after.argmax(-1) == before.argmax(-1)).all()
+    assert (after.max(-1).values > before.max(-1).values - 1e-6).all()  # the top entry gains mass
+    same = sharpen(b.topk_logp[rows], b.tail[rows], n, 1.0)
+    assert torch.allclose(dense(*same).exp().sum(-1), torch.ones(int(rows.sum())), atol=1e-4)
+
+    r["teachers"]["temperature"] = 0.5
+    sharp = CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0)
+    model = T.build_model(r)
+    b = make_batch(sharp._records(0, 0), "hybrid", ts.k, seq_len=sharp.seq_len)
+    rows = b.dm_mask > 0
+    b.topk_logp[rows], b.tail[rows] = sharpen(b.topk_logp[rows], b.tail[rows], n, 0.5)
+    with torch.no_grad():
+        full = hybrid_loss(model(input_ids=b.ids).logits, torch.from_numpy(ts.inter), *b.inputs()[1:])
+        assert sharp.loss(model, 0).item() == pytest.approx(full.item(), rel=1e-5)
+
+    for bad in (0, -1.0, "cold", True):
+        r["teachers"]["temperature"] = bad
+        with pytest.raises(InvalidArgument, match="teachers.temperature"):
+            CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0)
