@@ -120,15 +120,34 @@ def hybrid_loss(
     ng_mask: torch.Tensor,
     labels: torch.Tensor,
     lam: torch.Tensor,
+    *,
+    divergence: str = "reverse",
 ) -> torch.Tensor:
-    """Scalar loss from drafter logits [B, L, V]; ``inter`` = the intersection's drafter ids."""
+    """Scalar loss from drafter logits [B, L, V]; ``inter`` = the intersection's drafter ids.
+    ``divergence`` "forward" swaps the paper's KL(q' || p) for KL(p || q'), for offline training."""
     log_q = torch.log_softmax(logits.index_select(-1, inter), dim=-1)  # q' over the intersection
-    q = log_q.exp()
-    q_top = q.gather(-1, topk_idx)
-    kl = (q * log_q).sum(-1) - tail - (q_top * (topk_logp - tail.unsqueeze(-1))).sum(-1)
+    if divergence == "forward":
+        kl = _forward_kl(log_q, topk_idx, topk_logp, tail)
+    else:
+        q = log_q.exp()
+        q_top = q.gather(-1, topk_idx)
+        kl = (q * log_q).sum(-1) - tail - (q_top * (topk_logp - tail.unsqueeze(-1))).sum(-1)
     nll = -torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     total = (kl * dm_mask).sum() + lam.sum() * (nll * ng_mask).sum()
     return total / (dm_mask.sum() + ng_mask.sum()).clamp(min=1.0)
+
+
+def _forward_kl(
+    log_q: torch.Tensor, topk_idx: torch.Tensor, topk_logp: torch.Tensor, tail: torch.Tensor
+) -> torch.Tensor:
+    """KL(p || q') with p as top-K + a tail log p on each of the other n - K intersection ids:
+    sum_k p_k (logp_k - log q_k) + p_tail * sum_{i not in top-K} (tail - log q_i)."""
+    n, k = log_q.shape[-1], topk_idx.shape[-1]
+    p_top, p_tail = topk_logp.exp(), tail.exp()
+    log_q_top = log_q.gather(-1, topk_idx)
+    top = (p_top * (topk_logp - log_q_top)).sum(-1)
+    rest = p_tail * ((n - k) * tail - (log_q.sum(-1) - log_q_top.sum(-1)))
+    return top + rest
 
 
 def sharpen(

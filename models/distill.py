@@ -201,7 +201,8 @@ class CrossVocabTeachers:
     map and n-grams. A step draws ``records_per_step`` records of every teacher, in an order that is
     a pure function of the seed and the step (an interrupted run resumes bit-identically); a batch
     of several steps (``loss(..., steps=n)``) holds exactly their records. ``temperature`` (default
-    1) sharpens every stored teacher distribution before its KL (adapt/loss.py: sharpen)."""
+    1) sharpens every stored teacher distribution before its KL (adapt/loss.py: sharpen), and
+    ``divergence`` ("reverse", the paper's, or "forward") picks which KL."""
 
     def __init__(self, spec: dict[str, Any], *, tokenizer_path, seed: int) -> None:
         import hashlib
@@ -218,6 +219,11 @@ class CrossVocabTeachers:
             )
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float) or self.temperature <= 0:
             raise InvalidArgument(f"recipe teachers.temperature must be a number > 0 (got {self.temperature!r})")
+        self.divergence = spec.get("divergence", "reverse")
+        if self.divergence not in ("reverse", "forward"):
+            raise InvalidArgument(
+                f'recipe teachers.divergence must be "reverse" or "forward" (got {self.divergence!r})'
+            )
         self.sets = [load_teacher_set(s["shards"], drafter_tokenizer_sha256=sha) for s in spec["sets"]]
         self.weights = [float(s.get("weight", 1.0)) for s in spec["sets"]]
         self.seed = seed
@@ -294,5 +300,5 @@ class CrossVocabTeachers:
                 labels = labels.clamp(min=0)
             logits = (hidden @ head.T).unsqueeze(0)
             one = [t.unsqueeze(0) for t in (dm, idx, logp, tail, ng, labels)]
-            total = total + w * hybrid_loss(logits, inter, *one, b.lam)
+            total = total + w * hybrid_loss(logits, inter, *one, b.lam, divergence=self.divergence)
         return total

@@ -406,3 +406,35 @@ def test_a_teacher_temperature_sharpens_the_stored_distribution_and_a_bad_one_is
         r["teachers"]["temperature"] = bad
         with pytest.raises(InvalidArgument, match="teachers.temperature"):
             CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0)
+
+
+def test_the_forward_divergence_is_kl_from_the_dense_teacher_and_a_bad_one_is_refused(tiny_pair, passed):
+    """teachers.divergence "forward" trains on KL(p || q') over the intersection, with p the stored
+    top-K spread back over every intersection id (the tail's log p on the rest)."""
+    from omnidraft.adapt.loss import hybrid_loss, make_batch
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, _ = tiny_pair
+    r = cross_recipe(drafter, [{"shards": str(passed)}], lm_weight=0.0)
+    r["teachers"]["divergence"] = "forward"
+    teachers = CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0)
+    ts = teachers.sets[0]
+    model = T.build_model(r)
+    b = make_batch(teachers._records(0, 0), "dm", ts.k, seq_len=teachers.seq_len)
+    inter = torch.from_numpy(ts.inter)
+    with torch.no_grad():
+        logits = model(input_ids=b.ids).logits
+        loss = hybrid_loss(logits, inter, *b.inputs()[1:], divergence="forward")
+        total = 0.0
+        for i, j in zip(*torch.nonzero(b.dm_mask > 0, as_tuple=True)):
+            log_p = torch.full((len(inter),), b.tail[i, j].item(), dtype=torch.float64)
+            log_p[b.topk_idx[i, j]] = b.topk_logp[i, j].double()
+            log_q = torch.log_softmax(logits[i, j, inter].double(), -1)
+            total += (log_p.exp() * (log_p - log_q)).sum().item()
+        assert loss.item() == pytest.approx(total / b.dm_mask.sum().item(), rel=1e-4)
+        reverse = hybrid_loss(logits, inter, *b.inputs()[1:])
+        assert loss.item() != pytest.approx(reverse.item(), rel=1e-3)
+
+    r["teachers"]["divergence"] = "sideways"
+    with pytest.raises(InvalidArgument, match="teachers.divergence"):
+        CrossVocabTeachers(r["teachers"], tokenizer_path=drafter / "tokenizer.json", seed=0)
