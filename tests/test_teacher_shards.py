@@ -411,7 +411,7 @@ def test_a_teacher_temperature_sharpens_the_stored_distribution_and_a_bad_one_is
 def test_the_forward_divergence_is_kl_from_the_dense_teacher_and_a_bad_one_is_refused(tiny_pair, passed):
     """teachers.divergence "forward" trains on KL(p || q') over the intersection, with p the stored
     top-K spread back over every intersection id (the tail's log p on the rest)."""
-    from omnidraft.adapt.loss import hybrid_loss, make_batch
+    from omnidraft.adapt.loss import LAMBDA, hybrid_loss, make_batch
     from omnidraft.models.distill import CrossVocabTeachers
 
     drafter, _ = tiny_pair
@@ -434,6 +434,29 @@ def test_the_forward_divergence_is_kl_from_the_dense_teacher_and_a_bad_one_is_re
         assert loss.item() == pytest.approx(total / b.dm_mask.sum().item(), rel=1e-4)
         reverse = hybrid_loss(logits, inter, *b.inputs()[1:])
         assert loss.item() != pytest.approx(reverse.item(), rel=1e-3)
+
+        # a head of every other token (the shipped recipe trains a cut head): the KL runs over the
+        # kept part of the intersection, each top-K entry outside the head dropping out
+        kept = torch.arange(0, model.config.vocab_size, 2)
+        in_head = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+        in_head[kept] = True
+        b = make_batch(teachers._records(0, 0), "hybrid", ts.k, seq_len=teachers.seq_len)
+        logits = model(input_ids=b.ids).logits
+        total, count = 0.0, 0.0
+        for i, j in zip(*torch.nonzero(b.dm_mask > 0, as_tuple=True)):
+            log_p = torch.full((len(inter),), b.tail[i, j].item(), dtype=torch.float64)
+            log_p[b.topk_idx[i, j]] = b.topk_logp[i, j].double()
+            s = in_head[inter]
+            log_q = torch.log_softmax(logits[i, j, inter[s]].double(), -1)
+            total += (log_p[s].exp() * (log_p[s] - log_q)).sum().item()
+            count += 1
+        for i, j in zip(*torch.nonzero(b.ng_mask > 0, as_tuple=True)):
+            label = b.labels[i, j].item()
+            if in_head[label]:
+                w = b.ng_mask[i, j].item()
+                total += LAMBDA * w * -torch.log_softmax(logits[i, j, kept], -1)[label // 2].item()
+                count += w
+        assert teachers.loss(model, 0, kept).item() == pytest.approx(total / count, rel=1e-4)
 
     r["teachers"]["divergence"] = "sideways"
     with pytest.raises(InvalidArgument, match="teachers.divergence"):
