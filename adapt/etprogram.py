@@ -105,7 +105,8 @@ def program_key(module: LossModule, example: Batch) -> tuple:
     for name, b in module.named_buffers():  # the intersection ids, rotary tables: constants too
         h.update(f"{name}:{b.dtype}:{tuple(b.shape)}".encode())
         h.update(b.detach().contiguous().numpy().tobytes())
-    return h.hexdigest(), tuple(example.ids.shape), int(example.topk_idx.shape[-1])
+    # The divergence is code, not a tensor: two losses over the same weights are two programs.
+    return h.hexdigest(), module.divergence, tuple(example.ids.shape), int(example.topk_idx.shape[-1])
 
 
 class ExecuTorchStep:

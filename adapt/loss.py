@@ -40,6 +40,9 @@ LAMBDA = 0.2
 # unchanged. Paper n-grams keep the paper's 0.2.
 SPLIT_LAMBDA = 1.0
 LOSSES = ("hybrid", "dm", "hybrid-dynamic")
+# The KL on DM positions: the paper's KL(q' || p), or KL(p || q'), which puts the drafter's mass on
+# whatever the target finds likely (its argmax included) instead of on one mode of its own choosing.
+DIVERGENCES = ("reverse", "forward")
 
 
 @dataclass
@@ -124,7 +127,7 @@ def hybrid_loss(
     divergence: str = "reverse",
 ) -> torch.Tensor:
     """Scalar loss from drafter logits [B, L, V]; ``inter`` = the intersection's drafter ids.
-    ``divergence`` "forward" swaps the paper's KL(q' || p) for KL(p || q'), for offline training."""
+    ``divergence`` "forward" swaps the paper's KL(q' || p) for KL(p || q')."""
     log_q = torch.log_softmax(logits.index_select(-1, inter), dim=-1)  # q' over the intersection
     if divergence == "forward":
         kl = _forward_kl(log_q, topk_idx, topk_logp, tail)
@@ -167,11 +170,18 @@ class LossModule(torch.nn.Module):
     """drafter + loss: ``forward(*Batch.inputs()) -> (loss,)``; loss first, as the ExecuTorch
     joint-graph export requires."""
 
-    def __init__(self, model: torch.nn.Module, inter: np.ndarray) -> None:
+    def __init__(self, model: torch.nn.Module, inter: np.ndarray, *, divergence: str = "reverse") -> None:
         super().__init__()
+        if divergence not in DIVERGENCES:
+            raise ValueError(f"unknown divergence {divergence!r}")
         self.model = model
+        self.divergence = divergence
         self.register_buffer("inter", torch.as_tensor(np.asarray(inter, dtype=np.int64)), persistent=False)
 
     def forward(self, ids, dm_mask, topk_idx, topk_logp, tail, ng_mask, labels, lam):
         logits = self.model(input_ids=ids, use_cache=False).logits
-        return (hybrid_loss(logits, self.inter, dm_mask, topk_idx, topk_logp, tail, ng_mask, labels, lam),)
+        return (
+            hybrid_loss(
+                logits, self.inter, dm_mask, topk_idx, topk_logp, tail, ng_mask, labels, lam, divergence=self.divergence
+            ),
+        )

@@ -27,7 +27,7 @@ from omnidraft.runtime.session import open_pair
 from . import delta
 from .buffer import TOP_K, Collector, Record
 from .guard import Measure, measure
-from .loss import LOSSES
+from .loss import DIVERGENCES, LOSSES
 from .trainer import Trainer, wrap_lora
 
 # Options checked for finiteness, by their flat names (see AdaptConfig.flat).
@@ -60,6 +60,7 @@ class Distillation:
     loss: str = "hybrid"  # one of LOSSES, or "none": the drafter stays frozen (acceptance head only)
     top_k: int = TOP_K
     temperature: float = _flat("distill_temperature", 1.0)  # of the target distribution p in the KL term
+    divergence: str = "reverse"  # the KL on DM positions: the paper's KL(q' || p), or "forward" KL(p || q')
     splits: bool = True  # the loop may propose split drafter tokens; their labels join the NLL term
 
 
@@ -146,6 +147,8 @@ class AdaptConfig:
             raise InvalidArgument(f"unknown adaptation mode {s.mode!r}; use lora or full")
         if d.loss not in LOSSES and d.loss != "none":
             raise InvalidArgument(f"unknown --loss {d.loss!r}; choose one of {', '.join(LOSSES)}, none")
+        if d.divergence not in DIVERGENCES:
+            raise InvalidArgument(f"unknown --divergence {d.divergence!r}; choose one of {', '.join(DIVERGENCES)}")
         if d.loss == "none" and not h.train:
             raise InvalidArgument("--loss none trains nothing; add --train-head to train the acceptance head only")
         from omnidraft.runtime.draft_length.policy import validate_adaptive
@@ -236,6 +239,7 @@ class OnlineAdapter:
             vocab.drafter_ids,
             mode=sched.mode,
             loss=dist.loss,
+            divergence=dist.divergence,
             engine=sched.engine,
             lr=sched.lr,
             batch_size=sched.every,

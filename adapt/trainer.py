@@ -78,6 +78,7 @@ class Trainer:
         *,
         mode: str = "lora",
         loss: str = "hybrid",
+        divergence: str = "reverse",
         engine: str = "executorch",
         lr: float | None = None,
         batch_size: int = 8,
@@ -98,7 +99,7 @@ class Trainer:
         if not self.params:
             raise InvalidArgument("the drafter has no trainable parameters; use LoRA or --full-ft")
         self.lr = LR[mode] if lr is None else lr
-        self.module = LossModule(model, inter)
+        self.module = LossModule(model, inter, divergence=divergence)
         self.optimizer = self._new_optimizer()
         self._et = None
         self.events: list[dict] = []

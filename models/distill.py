@@ -207,6 +207,8 @@ class CrossVocabTeachers:
     def __init__(self, spec: dict[str, Any], *, tokenizer_path, seed: int) -> None:
         import hashlib
 
+        from omnidraft.adapt.loss import DIVERGENCES
+
         from .teacher_shards import load_teacher_set
 
         sha = hashlib.sha256(tokenizer_path.read_bytes()).hexdigest()
@@ -220,7 +222,7 @@ class CrossVocabTeachers:
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float) or self.temperature <= 0:
             raise InvalidArgument(f"recipe teachers.temperature must be a number > 0 (got {self.temperature!r})")
         self.divergence = spec.get("divergence", "reverse")
-        if self.divergence not in ("reverse", "forward"):
+        if self.divergence not in DIVERGENCES:
             raise InvalidArgument(
                 f'recipe teachers.divergence must be "reverse" or "forward" (got {self.divergence!r})'
             )

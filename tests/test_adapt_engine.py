@@ -108,6 +108,31 @@ def test_second_adapter_reuses_the_program_with_its_own_weights(drafter):
         assert float((g_et[name] - g).norm() / g.norm()) <= 1e-4, name
 
 
+def test_the_forward_divergence_gets_its_own_program_and_matches_eager(drafter):
+    """The online pass may train on KL(p || q') instead of the paper's KL(q' || p). Same weights, same
+    batch shape: the program built for one loss must not serve the other."""
+    model = _model(drafter)
+    vocab = model.get_base_model().config.vocab_size
+    inter = np.sort(np.random.default_rng(3).choice(vocab, 450, replace=False))
+    recs = _records(vocab, len(inter), 4)
+    rev = Trainer(copy.deepcopy(model), inter, engine="executorch", batch_size=4, seq_len=24, k=K, lr=1e-2)
+    fwd = Trainer(
+        copy.deepcopy(model), inter, divergence="forward", engine="executorch", batch_size=4, seq_len=24, k=K, lr=1e-2
+    )
+    ref = Trainer(copy.deepcopy(model), inter, divergence="forward", engine="eager", batch_size=4, seq_len=24, k=K)
+    batch = fwd.batch(recs)
+    loss_rev, _ = rev.grads(batch)
+    loss_fwd, g_fwd = fwd.grads(batch)
+    loss_ref, g_ref = ref.eager_grads(batch)
+    assert not fwd.events[-1]["reused"]
+    assert float(loss_fwd) == pytest.approx(float(loss_ref), rel=1e-5)
+    assert abs(float(loss_fwd) - float(loss_rev)) > 1e-3 * abs(float(loss_rev))
+    for name, g in g_ref.items():
+        assert g.norm() > 0 and float((g_fwd[name] - g).norm() / g.norm()) <= 1e-4, name
+    with pytest.raises(ValueError, match="divergence"):
+        Trainer(copy.deepcopy(model), inter, divergence="sideways", engine="eager", k=K)
+
+
 def test_full_finetuning_runs_in_eager(drafter):
     from transformers import AutoModelForCausalLM
 

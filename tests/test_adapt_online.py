@@ -124,6 +124,7 @@ def test_bad_inputs_get_one_clear_line(pair, tmp_path, capsys):
         (["--stream", str(broken)], "line 2"),
         (["--stream", "poetry"], "unknown stream"),
         (["--stream", str(broken), "--loss", "kl"], "--loss"),
+        (["--stream", str(broken), "--divergence", "sideways"], "--divergence"),
         (["--stream", str(broken), "--every", "0"], "every"),
         (["--stream", str(broken), "--eval-draft-lens", "1,two"], "--eval-draft-lens"),
         (["--stream", str(broken), "--eval-draft-lens", "0,2"], "--eval-draft-lens"),

@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--loss",
         default="hybrid",
-        help="hybrid (reverse KL on DM tokens + 0.2 NLL on n-grams) | dm | "
+        help="hybrid (KL on DM tokens, see --divergence, + 0.2 NLL on n-grams) | dm | "
         "hybrid-dynamic (the NLL of each n-gram weighted by the target's p of it instead of 0.2) | none (drafter frozen; with --train-head, the acceptance head only)",
     )
     p.add_argument("--every", type=int, default=8, metavar="I", help="prompts per drafter update (= batch size)")
@@ -39,7 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--distill-temperature",
         type=float,
         default=1.0,
-        help="temperature of the target distribution in the reverse KL (1 = the model's own)",
+        help="temperature of the target distribution in the KL (1 = the model's own)",
+    )
+    p.add_argument(
+        "--divergence",
+        default="reverse",
+        help="KL on direct-map tokens: reverse (the paper's, drafter to target) | "
+        "forward (target to drafter: covers what the target finds likely)",
     )
     add_no_splits(p)
     p.add_argument("--engine", default="executorch", help="LoRA gradients from executorch (training runtime) | eager")
@@ -136,7 +142,12 @@ def run(args: argparse.Namespace) -> int:
             seq_len=args.seq_len,
             seed=args.seed,
         ),
-        distill=Distillation(loss=args.loss, temperature=args.distill_temperature, splits=not args.no_splits),
+        distill=Distillation(
+            loss=args.loss,
+            temperature=args.distill_temperature,
+            divergence=args.divergence,
+            splits=not args.no_splits,
+        ),
         decoding=StreamDecoding(
             max_new_tokens=args.max_new_tokens,
             draft_len=parse_draft_len(args.draft_len),
