@@ -101,12 +101,20 @@ def _window(backend, ids, start, k):
     return together, np.stack([backend.forward([t], start + i)[0] for i, t in enumerate(ids[start : start + k])])
 
 
-def test_heads_wider_than_128_need_the_split_at_63_and_are_exact_with_it(tmp_path):
-    """Gemma 3's 256-wide heads through onnxruntime-genai's GroupQueryAttention: a verify call that
-    ends past position 64 rounds its rows otherwise than their decode steps (MLAS takes the 256-wide
-    dot products in two passes once the keys number more than 64). With the split at 63 every row
-    is bit-identical; the gate finds the split by itself wherever the difference reaches the logits
-    (Gemma 3 270M int8), which in fp32 it does not."""
+def _has_avx512() -> bool:
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def test_heads_wider_than_128_are_exact_with_the_split_at_63(tmp_path):
+    """Gemma 3's 256-wide heads through onnxruntime-genai's GroupQueryAttention: on AVX-512 CPUs a
+    verify call that ends past position 64 rounds its rows otherwise than their decode steps (MLAS
+    takes the 256-wide dot products in two passes once the keys number more than 64; seen on an
+    AVX-512 Xeon and on Zen 4, not on AVX2-only Zen 3, where every length rounds alike). With the
+    split at 63 every row is bit-identical on either; the gate finds the split by itself wherever
+    the difference reaches the logits (Gemma 3 270M int8), which in fp32 it does not."""
     from tiny_models import make_tiny_model
 
     from omnidraft.export.pipeline import export_model
@@ -118,6 +126,7 @@ def test_heads_wider_than_128_need_the_split_at_63_and_are_exact_with_it(tmp_pat
     assert m.pad_single_row and m.row_splits == m.parity["batch_invariance"]["row_splits"]
     ids = [int(i) for i in np.random.default_rng(2).integers(3, 50000, size=80)]
     together, alone = _window(OrtBackend(res.out_dir, replace(m, row_splits=[])), ids, 58, 9)
-    assert not np.array_equal(together, alone), "the kernel boundary this split exists for is gone"
+    if _has_avx512():
+        assert not np.array_equal(together, alone), "the kernel boundary this split exists for is gone"
     together, alone = _window(OrtBackend(res.out_dir, replace(m, row_splits=[63])), ids, 58, 9)
     assert np.array_equal(together, alone)
