@@ -7,6 +7,9 @@ in the drafter's token positions, so a drafter recipe learns from several target
     python -m omnidraft.models.teacher_shards --teacher qwen2.5-coder-0.5b-instruct \\
         --drafter models/bundled/drafter --stream code --prompts 256 --generate 128 --out DIR
 
+    python -m omnidraft.models.teacher_shards --teacher qwen2.5-coder-0.5b-instruct \\
+        --drafter models/bundled/drafter --stream code --prompts 1000 --sample-temperature 1 --out DIR
+
 A teacher pass turns a target's logits into the records the online adapter trains on
 (``adapt.buffer.Collector``): directly-mapped positions with the teacher's top-K log-probabilities
 over the vocabulary intersection, and n-gram / split positions. So offline distillation and online
@@ -14,7 +17,10 @@ adaptation share one loss (the paper's hybrid loss, through this teacher's direc
 and one record layout. The text comes from the recipe corpora's training pieces (held-out documents
 excluded, teacher forcing) or, with ``--stream``, from the teacher's own greedy answers to a stream's
 train prompts, wrapped as the runtime wraps them: what the drafter is verified against is what the
-target writes, and an instruct target's answers are not the corpus.
+target writes, and an instruct target's answers are not the corpus. A stream has a fixed number of
+train prompts; ``--sample-temperature`` answers them again along other paths the target itself is
+likely to write (``--samples`` answers per prompt), each position still storing the teacher's own
+distribution there, so the drafter gets more of what the target writes than the prompts alone give.
 
 ``DIR`` holds ``teacher.json`` (teacher, both tokenizers' digests, K, temperature, and one entry per
 shard with its sha256), ``vocab.safetensors`` (the intersection's drafter ids, which the records'
@@ -55,6 +61,8 @@ class PassSpec:
     dtype: str = "float32"  # the teacher's compute dtype; bfloat16 uses the CPU's bf16 matmuls where it has them
     generate: int = 0  # > 0: texts are prompts, and the records are the teacher's own greedy answers to them
     batch: int = 8  # prompts answered at once (a decode step reads the weights once for the whole batch)
+    sample_temperature: float = 0.0  # 0: greedy answers; > 0: answers sampled from p^(1/T), no top-k / top-p cut
+    seed: int = 0  # the sampled answers' seed (a shard's answers depend only on it and the shard)
 
     def validate(self) -> None:
         if self.k < 1:
@@ -65,6 +73,8 @@ class PassSpec:
             raise InvalidArgument("--texts-per-shard must be >= 1 and --max-tokens >= 8")
         if self.generate < 0 or self.batch < 1:
             raise InvalidArgument("--generate must be >= 0 and --batch >= 1")
+        if not self.sample_temperature >= 0:
+            raise InvalidArgument(f"--sample-temperature must be >= 0, 0 for greedy (got {self.sample_temperature})")
         if self.dtype not in DTYPES:
             raise InvalidArgument(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
 
@@ -149,9 +159,14 @@ def _prompt_split(codec, ids: list[int]) -> int:
     return len(ids)
 
 
-def _answers(prompts: list[str], model, tc, spec: PassSpec) -> Iterator[tuple[list[int], list[int], np.ndarray]]:
-    """(prompt ids, the teacher's greedy answer, its logits row per answer token) for each prompt,
+def _answers(
+    prompts: list[str], model, tc, spec: PassSpec, *, offset: int = 0
+) -> Iterator[tuple[list[int], list[int], np.ndarray]]:
+    """(prompt ids, the teacher's answer, its logits row per answer token) for each prompt,
     ``spec.batch`` prompts per ``generate`` call (left-padded), each answer cut at its first EOS.
+    Answers are greedy, or sampled at ``spec.sample_temperature`` with a seed of ``spec.seed`` and the
+    batch's index ``offset + b`` in the pass, so a resumed pass samples what the first run did; the
+    logits rows are the teacher's own (before the temperature), the distribution the records store.
     Yielded one by one: held together, a shard's answers' logits rows are ~8 GiB at Gemma's 262k
     vocabulary (64 prompts x 128 tokens, float32; a Gemma pass was killed at 14 GiB RSS beside
     other jobs), and the caller needs only each answer's record."""
@@ -165,15 +180,19 @@ def _answers(prompts: list[str], model, tc, spec: PassSpec) -> Iterator[tuple[li
         x = torch.tensor([[pad] * (width - len(i)) + i for i in ids], device=model.device)
         mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids], device=model.device)
         # a fresh config: the model's own may carry a repetition penalty, which greedy decoding here has not
+        sample = spec.sample_temperature > 0
         cfg = GenerationConfig(
             max_new_tokens=spec.generate,
-            do_sample=False,
+            do_sample=sample,
+            # no top-k / top-p cut: the paths are the target's own at this temperature
+            **({"temperature": spec.sample_temperature, "top_k": 0, "top_p": 1.0} if sample else {}),
             eos_token_id=sorted(tc.eos_ids) or None,
             pad_token_id=pad,
             output_logits=True,
             return_dict_in_generate=True,
         )
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.random.fork_rng(devices=[] if model.device.type == "cpu" else None):
+            torch.manual_seed(spec.seed * 1_000_003 + offset + b)
             g = model.generate(input_ids=x, attention_mask=mask, generation_config=cfg)
         for r, prompt_ids in enumerate(ids):
             answer = g.sequences[r, width:].tolist()
@@ -185,7 +204,7 @@ def _answers(prompts: list[str], model, tc, spec: PassSpec) -> Iterator[tuple[li
             yield prompt_ids, answer[:stop], rows
 
 
-def _records_of(texts, model, dc, tc, vocab, spec: PassSpec):
+def _records_of(texts, model, dc, tc, vocab, spec: PassSpec, *, offset: int = 0):
     import torch
 
     from omnidraft.adapt.buffer import Collector
@@ -194,7 +213,7 @@ def _records_of(texts, model, dc, tc, vocab, spec: PassSpec):
     start = list(tc.start_ids)
     out = []
     if spec.generate:
-        for prompt, (_, answer, logits) in zip(texts, _answers(texts, model, tc, spec)):
+        for prompt, (_, answer, logits) in zip(texts, _answers(texts, model, tc, spec, offset=offset)):
             if answer:
                 col.start(prompt)  # the loop's own view: the prompt as text, the answer as verified tokens
                 col.on_verified(answer, logits)
@@ -320,6 +339,8 @@ def teacher_pass(
     path = out / MANIFEST
     if path.is_file():
         old = read_manifest(out)
+        if isinstance(old.get("spec"), dict):  # a pass stored before a spec field existed used its default
+            old["spec"] = {**asdict(PassSpec()), **old["spec"]}
         differs = [key for key, v in ident.items() if old.get(key) != v]
         if differs:
             raise InvalidArgument(
@@ -341,7 +362,7 @@ def teacher_pass(
     model = load_model(inspect_folder(teacher_dir)).to(dev, getattr(torch, spec.dtype))
     bar = tqdm(total=len(texts), initial=done * n, desc=f"teacher {Path(str(teacher)).name}", disable=not progress)
     for start in todo:
-        records = _records_of(texts[start : start + n], model, dc, tc, vocab, spec)
+        records = _records_of(texts[start : start + n], model, dc, tc, vocab, spec, offset=start)
         name = f"shard-{len(manifest['shards']):05d}.safetensors"
         if records:
             _save_shard(records, out / name)
@@ -440,8 +461,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=64, help="train prompts per --stream")
     ap.add_argument("--generate", type=int, default=128, help="answer tokens per prompt with --stream")
     ap.add_argument("--batch", type=int, default=PassSpec.batch, help="prompts answered at once with --stream")
+    ap.add_argument(
+        "--sample-temperature",
+        type=float,
+        default=0.0,
+        help="with --stream: sample the answers at this temperature (seeded by --seed) instead of greedy (0)",
+    )
+    ap.add_argument("--samples", type=int, default=1, help="answers per prompt with --sample-temperature")
     ap.add_argument("--chars", type=int, default=200_000, help="characters of training text to pass (all domains)")
-    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seed", type=int, default=1234, help="the corpus pieces' seed, or the sampled answers'")
     ap.add_argument("--k", type=int, default=PassSpec.k)
     ap.add_argument("--temperature", type=float, default=PassSpec.temperature)
     ap.add_argument("--texts-per-shard", type=int, default=PassSpec.texts_per_shard)
@@ -457,11 +485,28 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.chars < 1:
             raise InvalidArgument(f"--chars must be >= 1 (got {args.chars})")
-        gen = args.generate if args.stream else 0
-        spec = PassSpec(args.k, args.temperature, args.texts_per_shard, args.max_tokens, args.dtype, gen, args.batch)
+        if args.samples < 1 or (args.samples > 1 and not args.sample_temperature > 0):
+            raise InvalidArgument(
+                f"--samples must be >= 1, and > 1 only with --sample-temperature > 0 (got {args.samples})"
+            )
+        if args.sample_temperature and not args.stream:
+            raise InvalidArgument("--sample-temperature samples answers, so it needs --stream")
+        sampled = args.sample_temperature != 0
+        spec = PassSpec(
+            k=args.k,
+            temperature=args.temperature,
+            texts_per_shard=args.texts_per_shard,
+            max_tokens=args.max_tokens,
+            dtype=args.dtype,
+            generate=args.generate if args.stream else 0,
+            batch=args.batch,
+            sample_temperature=args.sample_temperature if sampled else 0.0,
+            seed=args.seed if sampled else 0,
+        )
         spec.validate()
         if args.stream:
-            texts = stream_prompts(args.stream.split(","), args.prompts, teacher=args.teacher)
+            prompts = stream_prompts(args.stream.split(","), args.prompts, teacher=args.teacher)
+            texts = [p for p in prompts for _ in range(args.samples)]
         else:
             texts = corpus_texts(_parse_mix(args.mix), args.chars, seed=args.seed)
         m = teacher_pass(

@@ -142,6 +142,14 @@ def test_the_cli_says_what_is_wrong_in_one_line(capsys):
         assert S.main(["--teacher", "x", "--drafter", "y", "--out", "z", "--chars", "500", "--device", "cuda"]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--device cuda" in err[0] and "--device cpu" in err[0]
+    for bad, says in (
+        (["--stream", "code", "--sample-temperature", "-1"], "--sample-temperature must be >= 0"),
+        (["--stream", "code", "--samples", "4"], "--samples must be >= 1, and > 1 only with --sample-temperature"),
+        (["--sample-temperature", "1"], "--sample-temperature samples answers, so it needs --stream"),
+    ):
+        assert S.main(["--teacher", "x", "--drafter", "y", "--out", "z", *bad]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
 
 
 def cross_recipe(drafter, sets: list, lm_weight: float = 0.5) -> dict:
@@ -259,6 +267,65 @@ def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_
 
     answers = list(S._answers(TEXTS[:3], load_model(inspect_folder(target)), load_codec(target), spec))
     assert sum(s["teacher_tokens"] for s in m["shards"]) == sum(len(a) for _, a, _ in answers) > 0
+
+
+def test_sampled_answers_follow_the_teachers_tempered_distribution_with_no_cut(tiny_pair):
+    """The first token of 600 answers sampled at T = 1.5 from one prompt: the share of the most likely
+    tokens holding half the mass, and of the tokens outside the top 50 (what a default top-k cut would
+    drop), each within five binomial standard errors of softmax(logits / T); and the logits rows stay
+    the teacher's own."""
+    from omnidraft.export.hf_model import inspect_folder, load_model
+    from omnidraft.runtime.tokenizer import load_codec
+
+    _, target = tiny_pair
+    tc, model = load_codec(target), load_model(inspect_folder(target))
+    n, temp = 600, 1.5
+    spec = S.PassSpec(generate=1, batch=n, sample_temperature=temp, seed=3)
+    got = list(S._answers([TEXTS[1]] * n, model, tc, spec))
+    with torch.no_grad():
+        row = model(input_ids=torch.tensor([got[0][0]])).logits[0, -1]
+    probs = torch.softmax(row / temp, -1).double().numpy()
+    order = np.argsort(-probs)
+    firsts = np.array([a[0] if a else int(next(iter(tc.eos_ids))) for _, a, _ in got])
+    half = int(np.searchsorted(np.cumsum(probs[order]), 0.5)) + 1
+    for name, members in (("half the mass", order[:half]), ("beyond the top 50", order[50:])):
+        want = float(probs[members].sum())
+        assert want > 0.05, f"the check needs mass beyond the top 50 ({want:.3f})"
+        seen = float(np.isin(firsts, members).mean())
+        assert abs(seen - want) < 5 * max(np.sqrt(want * (1 - want) / n), 1 / n), (name, seen, want)
+    sampled = [(a, rows) for _, a, rows in got if a]
+    np.testing.assert_allclose(sampled[0][1][0], row.numpy(), atol=1e-4 * float(row.abs().max()))
+
+
+def test_a_sampled_pass_is_seeded_resumes_to_the_same_shards_and_differs_from_greedy(tiny_pair, tmp_path, monkeypatch):
+    drafter, target = tiny_pair
+    spec = S.PassSpec(k=4, generate=12, batch=2, texts_per_shard=2, sample_temperature=1.0, seed=7)
+    texts = [TEXTS[0][:20]] * 2 + [TEXTS[2][:30]] * 2
+
+    def run(out, spec=spec):
+        S.teacher_pass(teacher=target, drafter=drafter, texts=texts, out=out, spec=spec, progress=False)
+        return [f.read_bytes() for f in sorted(out.glob("shard-*"))]
+
+    whole = run(tmp_path / "a")
+    real, calls = S._records_of, []
+
+    def dies_on_the_second_shard(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(S, "_records_of", dies_on_the_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "b")
+    monkeypatch.setattr(S, "_records_of", real)
+    assert run(tmp_path / "b") == whole  # the resumed shard sampled what the uninterrupted run did
+    from dataclasses import replace
+
+    assert run(tmp_path / "c", replace(spec, seed=8)) != whole
+    assert run(tmp_path / "d", replace(spec, sample_temperature=0.0, seed=0)) != whole
+    with pytest.raises(InvalidArgument, match="another spec"):
+        run(tmp_path / "a", replace(spec, seed=8))
 
 
 def test_a_teacher_recipe_too_big_for_memory_is_refused_in_one_line(tiny_pair, passed, tmp_path, capsys):
