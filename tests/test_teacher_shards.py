@@ -77,17 +77,23 @@ def test_a_stored_position_holds_the_teachers_own_distribution_at_that_text_pref
     assert checked >= 6
 
 
-def test_an_interrupted_pass_resumes_to_the_same_shards(tiny_pair, passed, tmp_path, monkeypatch):
-    drafter, target = tiny_pair
+def die_on_the_second_shard(monkeypatch):
+    """Makes the pass stop (as a Ctrl-C would) when its second shard starts; returns what to restore."""
     real, calls = S._records_of, []
 
-    def dies_on_the_second_shard(*a, **k):
+    def dies(*a, **k):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(S, "_records_of", dies_on_the_second_shard)
+    monkeypatch.setattr(S, "_records_of", dies)
+    return real
+
+
+def test_an_interrupted_pass_resumes_to_the_same_shards(tiny_pair, passed, tmp_path, monkeypatch):
+    drafter, target = tiny_pair
+    real = die_on_the_second_shard(monkeypatch)
     out = tmp_path / "p"
     with pytest.raises(KeyboardInterrupt):
         S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS, out=out, spec=SPEC, progress=False)
@@ -307,15 +313,7 @@ def test_a_sampled_pass_is_seeded_resumes_to_the_same_shards_and_differs_from_gr
         return [f.read_bytes() for f in sorted(out.glob("shard-*"))]
 
     whole = run(tmp_path / "a")
-    real, calls = S._records_of, []
-
-    def dies_on_the_second_shard(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(S, "_records_of", dies_on_the_second_shard)
+    real = die_on_the_second_shard(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "b")
     monkeypatch.setattr(S, "_records_of", real)
@@ -356,12 +354,42 @@ def test_the_committed_teacher_recipe_starts_from_the_bundled_drafter_and_names_
     assert {s["shards"] for s in sets} == wanted
 
 
+def dense_loss_on_a_cut_head(b, logits, inter, kept, *, divergence: str) -> float:
+    """The hybrid loss written out position by position in float64: at a directly-mapped position the
+    KL between the teacher's stored distribution (top-K plus tail) and the drafter's, both over the
+    intersection tokens the head keeps, in the given direction; at an n-gram position the weighted
+    cross-entropy of its label when the head keeps it."""
+    from omnidraft.adapt.loss import LAMBDA
+
+    inter = torch.from_numpy(np.asarray(inter))
+    in_head = torch.zeros(logits.shape[-1], dtype=torch.bool)
+    in_head[kept] = True
+    s = in_head[inter]
+    total, count = 0.0, 0.0
+    for i, j in zip(*torch.nonzero(b.dm_mask > 0, as_tuple=True)):
+        log_p = torch.full((len(inter),), b.tail[i, j].item(), dtype=torch.float64)
+        log_p[b.topk_idx[i, j]] = b.topk_logp[i, j].double()
+        log_q = torch.log_softmax(logits[i, j, inter[s]].double(), -1)
+        if divergence == "forward":
+            total += (log_p[s].exp() * (log_p[s] - log_q)).sum().item()
+        else:
+            total += (log_q.exp() * (log_q - log_p[s])).sum().item()
+        count += 1
+    for i, j in zip(*torch.nonzero(b.ng_mask > 0, as_tuple=True)):
+        label = b.labels[i, j].item()
+        if in_head[label]:
+            w = b.ng_mask[i, j].item()
+            total += LAMBDA * w * -torch.log_softmax(logits[i, j, kept].double(), -1)[label // 2].item()
+            count += w
+    return total / count
+
+
 def test_the_training_loss_equals_the_hybrid_loss_and_a_cut_head_renormalises_over_its_tokens(tiny_pair, passed):
     """The trainer's teacher term sends only loss rows through the head; with every token kept it is
     the adapter's hybrid loss on the whole batch, and with a cut head it is the KL to the teacher
     (top-K + tail) over the kept part of the intersection plus the n-gram NLL of the kept labels,
     computed here from dense distributions."""
-    from omnidraft.adapt.loss import LAMBDA, hybrid_loss, make_batch
+    from omnidraft.adapt.loss import hybrid_loss, make_batch
     from omnidraft.models.distill import CrossVocabTeachers
 
     drafter, _ = tiny_pair
@@ -378,25 +406,8 @@ def test_the_training_loss_equals_the_hybrid_loss_and_a_cut_head_renormalises_ov
 
         # a head of every other token: half the intersection and some n-gram labels fall outside it
         kept = torch.arange(0, vocab, 2)
-        logits = model(input_ids=b.ids).logits
-        inter = torch.from_numpy(ts.inter)
-        in_head = torch.zeros(vocab, dtype=torch.bool)
-        in_head[kept] = True
-        total, count = 0.0, 0.0
-        for i, j in zip(*torch.nonzero(b.dm_mask > 0, as_tuple=True)):
-            log_p = torch.full((len(inter),), b.tail[i, j].item())
-            log_p[b.topk_idx[i, j]] = b.topk_logp[i, j]
-            s = in_head[inter]
-            log_q = torch.log_softmax(logits[i, j, inter[s]], -1)
-            total += (log_q.exp() * (log_q - log_p[s])).sum().item()
-            count += 1
-        for i, j in zip(*torch.nonzero(b.ng_mask > 0, as_tuple=True)):
-            label = b.labels[i, j].item()
-            if in_head[label]:
-                w = b.ng_mask[i, j].item()
-                total += LAMBDA * w * -torch.log_softmax(logits[i, j, kept], -1)[label // 2].item()
-                count += w
-        assert teachers.loss(model, 0, kept).item() == pytest.approx(total / count, rel=1e-4)
+        want = dense_loss_on_a_cut_head(b, model(input_ids=b.ids).logits, ts.inter, kept, divergence="reverse")
+        assert teachers.loss(model, 0, kept).item() == pytest.approx(want, rel=1e-4)
 
 
 def test_the_head_counts_every_token_a_run_asks_the_drafter_to_propose(tiny_pair, passed):
@@ -478,7 +489,7 @@ def test_a_teacher_temperature_sharpens_the_stored_distribution_and_a_bad_one_is
 def test_the_forward_divergence_is_kl_from_the_dense_teacher_and_a_bad_one_is_refused(tiny_pair, passed):
     """teachers.divergence "forward" trains on KL(p || q') over the intersection, with p the stored
     top-K spread back over every intersection id (the tail's log p on the rest)."""
-    from omnidraft.adapt.loss import LAMBDA, hybrid_loss, make_batch
+    from omnidraft.adapt.loss import hybrid_loss, make_batch
     from omnidraft.models.distill import CrossVocabTeachers
 
     drafter, _ = tiny_pair
@@ -505,25 +516,9 @@ def test_the_forward_divergence_is_kl_from_the_dense_teacher_and_a_bad_one_is_re
         # a head of every other token (the shipped recipe trains a cut head): the KL runs over the
         # kept part of the intersection, each top-K entry outside the head dropping out
         kept = torch.arange(0, model.config.vocab_size, 2)
-        in_head = torch.zeros(model.config.vocab_size, dtype=torch.bool)
-        in_head[kept] = True
         b = make_batch(teachers._records(0, 0), "hybrid", ts.k, seq_len=teachers.seq_len)
-        logits = model(input_ids=b.ids).logits
-        total, count = 0.0, 0.0
-        for i, j in zip(*torch.nonzero(b.dm_mask > 0, as_tuple=True)):
-            log_p = torch.full((len(inter),), b.tail[i, j].item(), dtype=torch.float64)
-            log_p[b.topk_idx[i, j]] = b.topk_logp[i, j].double()
-            s = in_head[inter]
-            log_q = torch.log_softmax(logits[i, j, inter[s]].double(), -1)
-            total += (log_p[s].exp() * (log_p[s] - log_q)).sum().item()
-            count += 1
-        for i, j in zip(*torch.nonzero(b.ng_mask > 0, as_tuple=True)):
-            label = b.labels[i, j].item()
-            if in_head[label]:
-                w = b.ng_mask[i, j].item()
-                total += LAMBDA * w * -torch.log_softmax(logits[i, j, kept], -1)[label // 2].item()
-                count += w
-        assert teachers.loss(model, 0, kept).item() == pytest.approx(total / count, rel=1e-4)
+        want = dense_loss_on_a_cut_head(b, model(input_ids=b.ids).logits, ts.inter, kept, divergence="forward")
+        assert teachers.loss(model, 0, kept).item() == pytest.approx(want, rel=1e-4)
 
     r["teachers"]["divergence"] = "sideways"
     with pytest.raises(InvalidArgument, match="teachers.divergence"):
