@@ -109,6 +109,43 @@ def test_an_interrupted_pass_resumes_to_the_same_shards(tiny_pair, passed, tmp_p
         S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:3], out=out, spec=SPEC, progress=False)
 
 
+def test_the_auto_dtype_is_bfloat16_only_where_the_cpu_has_bf16_matmuls_and_a_resumed_pass_keeps_its_own(
+    tiny_pair, tmp_path, monkeypatch
+):
+    drafter, target = tiny_pair
+    cpu = torch.device("cpu")
+    for caps, want in (
+        ({"avx512_bf16": True}, "bfloat16"),
+        ({"amx_bf16": True}, "bfloat16"),
+        ({"avx2": True}, "float32"),
+    ):
+        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda caps=caps: caps)
+        assert S.fast_dtype(cpu) == want
+    real = die_on_the_second_shard(monkeypatch)
+    out, spec = tmp_path / "p", S.PassSpec(k=8, texts_per_shard=2, max_tokens=96, dtype="bfloat16")
+    with pytest.raises(KeyboardInterrupt):
+        S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS, out=out, spec=spec, progress=False)
+    monkeypatch.setattr(S, "_records_of", real)
+    m = S.teacher_pass(
+        teacher=target,
+        drafter=drafter,
+        texts=TEXTS,
+        out=out,
+        spec=S.PassSpec(**{**vars(spec), "dtype": "auto"}),
+        progress=False,
+    )  # the last capabilities above say float32, but the pass began in bfloat16
+    assert m["spec"]["dtype"] == "bfloat16" and len(m["shards"]) == 3
+    fresh = S.teacher_pass(
+        teacher=target,
+        drafter=drafter,
+        texts=TEXTS[:2],
+        out=tmp_path / "q",
+        spec=S.PassSpec(dtype="auto"),
+        progress=False,
+    )
+    assert fresh["spec"]["dtype"] == "float32"
+
+
 def test_a_corrupted_or_foreign_pass_is_refused_with_the_command_that_rebuilds_it(tiny_pair, passed, tmp_path):
     drafter, _ = tiny_pair
     bad = tmp_path / "bad"
