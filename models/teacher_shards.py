@@ -513,7 +513,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.sample_temperature and not args.stream:
             raise InvalidArgument("--sample-temperature samples answers, so it needs --stream")
-        sampled = args.sample_temperature != 0
         spec = PassSpec(
             k=args.k,
             temperature=args.temperature,
@@ -522,8 +521,8 @@ def main(argv: list[str] | None = None) -> int:
             dtype=args.dtype,
             generate=args.generate if args.stream else 0,
             batch=args.batch,
-            sample_temperature=args.sample_temperature if sampled else 0.0,
-            seed=args.seed if sampled else 0,
+            sample_temperature=args.sample_temperature,
+            seed=args.seed if args.sample_temperature else 0,
         )
         spec.validate()
         if args.stream:

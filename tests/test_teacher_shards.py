@@ -333,7 +333,7 @@ def test_sampled_answers_follow_the_teachers_tempered_distribution_with_no_cut(t
     half = int(np.searchsorted(np.cumsum(probs[order]), 0.5)) + 1
     for name, members in (("half the mass", order[:half]), ("beyond the top 50", order[50:])):
         want = float(probs[members].sum())
-        assert want > 0.05, f"the check needs mass beyond the top 50 ({want:.3f})"
+        assert want > 0.05, f"the check needs mass in {name} ({want:.3f})"
         seen = float(np.isin(firsts, members).mean())
         assert abs(seen - want) < 5 * max(np.sqrt(want * (1 - want) / n), 1 / n), (name, seen, want)
     sampled = [(a, rows) for _, a, rows in got if a]
