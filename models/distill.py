@@ -209,7 +209,7 @@ class CrossVocabTeachers:
 
         from omnidraft.adapt.loss import DIVERGENCES
 
-        from .teacher_shards import load_teacher_set
+        from .teacher_store import load_teacher_set
 
         sha = hashlib.sha256(tokenizer_path.read_bytes()).hexdigest()
         self.per_step = int(spec.get("records_per_step", 8))

@@ -22,11 +22,8 @@ train prompts; ``--sample-temperature`` answers them again along other paths the
 likely to write (``--samples`` answers per prompt), each position still storing the teacher's own
 distribution there, so the drafter gets more of what the target writes than the prompts alone give.
 
-``DIR`` holds ``teacher.json`` (teacher, both tokenizers' digests, K, temperature, and one entry per
-shard with its sha256), ``vocab.safetensors`` (the intersection's drafter ids, which the records'
-indices point into) and ``shard-NNNNN.safetensors``. Shards are published one by one (atomic
-rename, manifest rewritten after each), so an interrupted pass resumes at the first missing shard; a
-shard whose bytes no longer match the manifest is refused with the command that rebuilds it.
+``DIR`` is the pass's folder (models/teacher_store.py says what it holds). Shards are published one by
+one, so an interrupted pass resumes at the first missing shard.
 """
 
 from __future__ import annotations
@@ -41,12 +38,10 @@ from pathlib import Path
 import numpy as np
 
 from omnidraft.atomic import atomic_path, write_json
-from omnidraft.errors import DataError, InvalidArgument, OmnidraftError
+from omnidraft.errors import InvalidArgument, OmnidraftError
+from omnidraft.models.teacher_store import FORMAT, MANIFEST, VOCAB_FILE, read_manifest, save_shard, shards_dir
 from omnidraft.runtime.manifest import sha256_file
 
-FORMAT = 1
-MANIFEST = "teacher.json"
-VOCAB_FILE = "vocab.safetensors"
 DTYPES = ("float32", "bfloat16")  # what a pass stores; "auto" picks one of them for the device
 
 
@@ -91,32 +86,6 @@ def fast_dtype(device) -> str:
         caps = torch.cpu.get_capabilities()
         return "bfloat16" if caps.get("avx512_bf16") or caps.get("amx_bf16") else "float32"
     return "float32"
-
-
-@dataclass
-class TeacherSet:
-    """One teacher's stored records, ready for ``adapt.loss.make_batch``."""
-
-    name: str
-    inter: np.ndarray  # int64: the intersection's drafter ids (the records' dm_idx index into it)
-    records: list
-    k: int
-
-    @property
-    def positions(self) -> int:
-        return sum(len(r.dm_rows) + len(r.ng_rows) for r in self.records)
-
-
-def shards_dir(spec: str | Path) -> Path:
-    """A recipe's ``shards`` entry as a folder: ``cache:NAME`` is ``NAME`` under the project cache's
-    ``teachers/`` ($OMNIDRAFT_CACHE or ~/.cache/omnidraft), so a committed recipe names passes that
-    each machine builds for itself; anything else is a path."""
-    text = str(spec)
-    if text.startswith("cache:"):
-        from omnidraft.models.data import cache_dir
-
-        return cache_dir().parent / "teachers" / text.removeprefix("cache:")
-    return Path(text)
 
 
 def texts_digest(texts: list[str]) -> str:
@@ -250,68 +219,6 @@ def _records_of(texts, model, dc, tc, vocab, spec: PassSpec, *, offset: int = 0)
     return out
 
 
-def _save_shard(records: list, path: Path) -> None:
-    from safetensors.numpy import save_file
-
-    def cat(name: str, dtype, width: int | None = None) -> np.ndarray:
-        parts = [np.asarray(getattr(r, name)) for r in records]
-        if width is not None:
-            parts = [a.reshape(-1, width) for a in parts]
-        return np.ascontiguousarray(np.concatenate(parts).astype(dtype))
-
-    k = records[0].dm_idx.shape[1]
-    arrays = {
-        "ids": cat("ids", np.int32),
-        "ids_len": np.asarray([len(r.ids) for r in records], dtype=np.int64),
-        "dm_rows": cat("dm_rows", np.int32),
-        "dm_len": np.asarray([len(r.dm_rows) for r in records], dtype=np.int64),
-        "dm_idx": cat("dm_idx", np.int32, k),
-        "dm_logp": cat("dm_logp", np.float16, k),
-        "dm_tail": cat("dm_tail", np.float32),
-        "ng_rows": cat("ng_rows", np.int32),
-        "ng_len": np.asarray([len(r.ng_rows) for r in records], dtype=np.int64),
-        "ng_split": cat("ng_split", np.uint8),
-    }
-    with atomic_path(path) as tmp:
-        save_file(arrays, str(tmp))
-
-
-def _load_shard(path: Path, k: int) -> list:
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    from omnidraft.adapt.buffer import Record
-
-    try:
-        a = load_file(str(path))
-        split = {n: np.cumsum(a[f"{n}_len"])[:-1] for n in ("ids", "dm", "ng")}
-        ids = np.split(a["ids"], split["ids"])
-        dm = [np.split(a[f"dm_{f}"], split["dm"]) for f in ("rows", "idx", "logp", "tail")]
-        ng = [np.split(a[f"ng_{f}"], split["ng"]) for f in ("rows", "split")]
-    except (OSError, KeyError, ValueError, SafetensorError) as exc:
-        raise DataError(f"teacher shard {path} cannot be read ({exc})") from None
-    return [
-        Record(
-            prompt="",
-            ids=ids[i],
-            dm_rows=dm[0][i],
-            dm_idx=dm[1][i].reshape(-1, k),
-            dm_logp=dm[2][i].reshape(-1, k),
-            dm_tail=dm[3][i],
-            ng_rows=ng[0][i],
-            ng_split=ng[1][i].astype(bool),
-        )
-        for i in range(len(ids))
-    ]
-
-
-def _rebuild_hint(manifest: dict, folder: Path) -> str:
-    return (
-        f"delete it and run `python -m omnidraft.models.teacher_shards --teacher {manifest['teacher']} "
-        f"--drafter {manifest['drafter']} --out {folder}` with the pass's other options to rebuild it"
-    )
-
-
 def teacher_pass(
     *,
     teacher: str | Path,
@@ -382,7 +289,7 @@ def teacher_pass(
         records = _records_of(texts[start : start + n], model, dc, tc, vocab, spec, offset=start)
         name = f"shard-{len(manifest['shards']):05d}.safetensors"
         if records:
-            _save_shard(records, out / name)
+            save_shard(records, out / name)
         manifest["shards"].append(
             {
                 "file": name if records else None,
@@ -398,50 +305,6 @@ def teacher_pass(
         bar.update(min(n, len(texts) - start))
     bar.close()
     return manifest
-
-
-def read_manifest(folder: str | Path) -> dict:
-    from omnidraft.validate import parse_json
-
-    path = Path(folder) / MANIFEST
-    if not path.is_file():
-        raise DataError(f"{folder} holds no teacher pass ({MANIFEST} missing); run `python -m {__name__}` first")
-    fix = f"delete {folder} and run the teacher pass again"
-    m = parse_json(path.read_bytes(), error=DataError, where=str(path), fix=fix)
-    if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("shards"), list):
-        raise DataError(f"{path} is not a teacher-pass manifest of format {FORMAT}; {fix}")
-    return m
-
-
-def load_teacher_set(folder: str | Path, *, drafter_tokenizer_sha256: str) -> TeacherSet:
-    """A finished teacher pass, checked shard by shard against its manifest and against the drafter
-    being trained (the records' token ids are that tokenizer's)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    folder = shards_dir(folder)
-    m = read_manifest(folder)
-    if m["drafter_tokenizer_sha256"] != drafter_tokenizer_sha256:
-        raise DataError(
-            f"teacher pass {folder} was made for another drafter tokenizer ({m['drafter']}); "
-            "run the pass again with --drafter set to the drafter you train"
-        )
-    if sum(s["records"] for s in m["shards"]) == 0 or len(m["shards"]) * m["spec"]["texts_per_shard"] < m["texts"]:
-        raise DataError(f"teacher pass {folder} is unfinished; rerun its command to complete it")
-    try:
-        inter = load_file(str(folder / VOCAB_FILE))["drafter_ids"].astype(np.int64)
-    except (OSError, KeyError, SafetensorError) as exc:
-        raise DataError(f"{folder / VOCAB_FILE} cannot be read ({exc}); {_rebuild_hint(m, folder)}") from None
-    records = []
-    for s in m["shards"]:
-        if s["file"] is None:
-            continue
-        path = folder / s["file"]
-        if not path.is_file() or sha256_file(path) != s["sha256"]:
-            what = "is missing" if not path.is_file() else "is corrupted (its sha256 differs from the manifest's)"
-            raise DataError(f"teacher shard {path} {what}; {_rebuild_hint(m, folder)}")
-        records.extend(_load_shard(path, m["spec"]["k"]))
-    return TeacherSet(name=m["teacher"], inter=inter, records=records, k=m["spec"]["k"])
 
 
 def _parse_mix(spec: str) -> dict[str, float]:

@@ -69,7 +69,7 @@ def memory_estimate(recipe: dict[str, Any], *, batch_scale: int = 1) -> int:
 
 def records_bytes(recipe: dict[str, Any]) -> int:
     """The teacher records a run holds in host memory (about twice their stored size), wherever it trains."""
-    from .teacher_shards import shards_dir
+    from .teacher_store import shards_dir
 
     sets = recipe.get("teachers", {}).get("sets", ())
     return sum(2 * f.stat().st_size for s in sets for f in shards_dir(s["shards"]).glob("shard-*.safetensors"))

@@ -13,6 +13,7 @@ from test_train_recipe import final_weights
 
 from omnidraft.errors import DataError, InvalidArgument
 from omnidraft.models import teacher_shards as S
+from omnidraft.models import teacher_store as store
 from omnidraft.models import train as T
 from omnidraft.models.train_resources import memory_estimate
 
@@ -50,7 +51,7 @@ def test_a_stored_position_holds_the_teachers_own_distribution_at_that_text_pref
     drafter, target = tiny_pair
     dc, tc = load_codec(drafter), load_codec(target)
     vocab = build_vocab_map(dc, tc)
-    ts = S.load_teacher_set(passed, drafter_tokenizer_sha256=dc.sha256)
+    ts = store.load_teacher_set(passed, drafter_tokenizer_sha256=dc.sha256)
     assert len(ts.records) == len(TEXTS) and np.array_equal(ts.inter, vocab.drafter_ids)
     model = load_model(inspect_folder(target))
     checked = 0
@@ -97,12 +98,12 @@ def test_an_interrupted_pass_resumes_to_the_same_shards(tiny_pair, passed, tmp_p
     out = tmp_path / "p"
     with pytest.raises(KeyboardInterrupt):
         S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS, out=out, spec=SPEC, progress=False)
-    assert len(json.loads((out / S.MANIFEST).read_text())["shards"]) == 1
+    assert len(json.loads((out / store.MANIFEST).read_text())["shards"]) == 1
     with pytest.raises(DataError, match="unfinished"):
-        S.load_teacher_set(out, drafter_tokenizer_sha256=sha(drafter))
+        store.load_teacher_set(out, drafter_tokenizer_sha256=sha(drafter))
     monkeypatch.setattr(S, "_records_of", real)
     S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS, out=out, spec=SPEC, progress=False)
-    assert (out / S.MANIFEST).read_text() == (passed / S.MANIFEST).read_text()
+    assert (out / store.MANIFEST).read_text() == (passed / store.MANIFEST).read_text()
     for f in sorted(passed.glob("shard-*")):
         assert (out / f.name).read_bytes() == f.read_bytes()
     with pytest.raises(InvalidArgument, match="another texts_sha256"):
@@ -155,12 +156,12 @@ def test_a_corrupted_or_foreign_pass_is_refused_with_the_command_that_rebuilds_i
     data[-5] ^= 0xFF
     shard.write_bytes(bytes(data))
     with pytest.raises(DataError, match="corrupted.*teacher_shards --teacher"):
-        S.load_teacher_set(bad, drafter_tokenizer_sha256=sha(drafter))
+        store.load_teacher_set(bad, drafter_tokenizer_sha256=sha(drafter))
     with pytest.raises(DataError, match="another drafter tokenizer"):
-        S.load_teacher_set(passed, drafter_tokenizer_sha256="0" * 64)
-    (bad / S.MANIFEST).write_text("{not json")
+        store.load_teacher_set(passed, drafter_tokenizer_sha256="0" * 64)
+    (bad / store.MANIFEST).write_text("{not json")
     with pytest.raises(DataError, match="not valid JSON"):
-        S.load_teacher_set(bad, drafter_tokenizer_sha256=sha(drafter))
+        store.load_teacher_set(bad, drafter_tokenizer_sha256=sha(drafter))
 
 
 def test_a_teacher_whose_tokenizer_cannot_be_mapped_is_refused_before_its_weights_load(tiny_pair, tmp_path):
@@ -303,8 +304,8 @@ def test_a_generating_pass_stores_one_record_per_answered_prompt(tiny_pair, tmp_
     spec = S.PassSpec(k=4, generate=5, batch=2, texts_per_shard=2)
     m = S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:3], out="cache:g", spec=spec, progress=False)
     assert [s["records"] for s in m["shards"]] == [2, 1] and m["spec"]["generate"] == 5
-    assert (tmp_path / "teachers" / "g" / S.MANIFEST).is_file()
-    assert len(S.load_teacher_set("cache:g", drafter_tokenizer_sha256=sha(drafter)).records) == 3
+    assert (tmp_path / "teachers" / "g" / store.MANIFEST).is_file()
+    assert len(store.load_teacher_set("cache:g", drafter_tokenizer_sha256=sha(drafter)).records) == 3
     from omnidraft.export.hf_model import inspect_folder, load_model
     from omnidraft.runtime.tokenizer import load_codec
 
