@@ -1,4 +1,5 @@
-"""The n-gram cache's size, measured (paper Table 4) and its growth over a stream (paper Fig. 9).
+"""The n-gram cache's size, measured (paper Table 4), its growth over a stream (paper Fig. 9), and
+capped caches against the uncapped one (paper Table 14).
 
 Bytes are measured two ways, never estimated: the serialised file (what is saved and shipped) and
 the live Python object, by tracing every allocation made while an identical cache is rebuilt from
@@ -11,8 +12,12 @@ import gc
 import tempfile
 import tracemalloc
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omnidraft.runtime.ngram_cache import NgramCache
+
+if TYPE_CHECKING:
+    from omnidraft.bench.engine import Engine
 
 
 def _traced_load(path: Path, args: tuple, target_width: int) -> int:
@@ -93,3 +98,54 @@ def growth_summary(points: list[tuple[int, int]]) -> dict:
         "first_half_rate": round(first, 4),
         "second_half_rate": round(second, 4),
     }
+
+
+def eviction_rows(
+    eng: Engine,
+    *,
+    stream: str,
+    prompts: list[str],
+    full: int,
+    draft_len: int,
+    max_new_tokens: int,
+    progress: bool = True,
+) -> list[dict]:
+    """Paper Table 14: the online cache capped at 1/4 and 1/2 of its full size (``full`` entries), LFU
+    vs LRU, timed in lockstep with target-only, no cache and the uncapped cache (each fills from empty)."""
+    from omnidraft.bench.engine import interleave
+
+    if full < 4:  # a cap of 1/4 would be under one entry: nothing to compare
+        return [{"stream": stream, "full_entries": full, "status": f"skipped: the full cache has only {full} entries"}]
+    spec = [("none", None, 0), ("full", "lfu", None)]
+    spec += [
+        (label, policy, max(1, int(full * frac)))
+        for frac, label in ((0.25, "1/4"), (0.5, "1/2"))
+        for policy in ("lfu", "lru")
+    ]
+    jobs = [eng.job("target-only", prompts, "target-only", draft_len, max_new_tokens)]
+    for label, policy, cap in spec:
+        mode = "dm" if label == "none" else "ngram"
+        cache = eng.new_cache(cap, policy) if label != "none" else None
+        jobs.append(eng.job(f"{label} {policy}", prompts, mode, draft_len, max_new_tokens, cache=cache))
+    decs = {j.name: j.decoder for j in jobs}
+    runs = interleave(jobs, len(prompts), f"{stream}: cache caps in lockstep", progress)
+    base = runs["target-only"].tokens_per_s
+    out = []
+    for label, policy, cap in spec:
+        run = runs[f"{label} {policy}"]
+        out.append(
+            {
+                "stream": stream,
+                "size": label,
+                "policy": policy if label not in ("none", "full") else None,
+                "capacity": cap,
+                "full_entries": full,
+                "final_entries": len(decs[f"{label} {policy}"].cache) if label != "none" else 0,
+                "acceptance_rate": round(run.stats.acceptance_rate, 4),
+                "tokens_per_s": round(run.tokens_per_s, 2),
+                "speedup": round(run.tokens_per_s / base, 4) if base else None,
+                "ngram_hits_per_step": run.row()["ngram_hits_per_step"],
+                "status": "ok",
+            }
+        )
+    return out

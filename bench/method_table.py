@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omnidraft.atomic import check_writable, write_json, write_text
 from omnidraft.bench import adapted_rows, environment
-from omnidraft.bench.cache_table import GrowthTracker, growth_summary, measure_cache
+from omnidraft.bench.cache_table import GrowthTracker, eviction_rows, growth_summary, measure_cache
 from omnidraft.bench.demo import DRAFTER_DEVICES
 from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
 from omnidraft.bench.metrics import (
@@ -32,7 +32,9 @@ from omnidraft.errors import OmnidraftError
 from omnidraft.models.streams import load_stream
 from omnidraft.runtime.answer_memory import AnswerMemory
 from omnidraft.runtime.decode_config import DecodeConfig
+from omnidraft.runtime.draft_length.controller import GammaController
 from omnidraft.runtime.draft_length.head_file import ET_NO_HEAD
+from omnidraft.runtime.draft_length.policy import has_accept_head
 
 SCHEMA = "omnidraft.bench"
 SCHEMA_VERSION = 1
@@ -91,6 +93,18 @@ class _Stream:
     pp_cache: Path | None = None
     pp_memory: Path | None = None
     pp_prompts: int = 0
+
+
+@dataclass
+class _Rows:
+    """A stream's rows before they run: their jobs, why the others do not run, what each row's cache
+    is and what its adaptation pass reported."""
+
+    jobs: list = field(default_factory=list)
+    status: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, dict] = field(default_factory=dict)
+    trackers: dict[str, GrowthTracker] = field(default_factory=dict)
 
 
 def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun, cache: str | None) -> dict:
@@ -291,133 +305,132 @@ class Bench:
         }
 
     def method_rows(self, eng: Engine, name: str, test_prompts) -> _Stream:
-        s, be, mnt = self.s, self.s.backend, self.s.max_new_tokens
+        s = self.s
         prompts = self._pick(eng, test_prompts, s.prompts)
         if len(prompts) < s.prompts:
             print(f"bench: {name}: only {len(prompts)} test prompts fit max_seq_len {s.max_seq_len}", file=sys.stderr)
         train = load_stream(name, "train", target=self.pair.target)
-        k = self.sweep(eng, name, train)
-        st = _Stream(name, prompts, k)
+        st = _Stream(name, prompts, self.sweep(eng, name, train))
         # Untimed passes first (cache pre-collection, adaptation), then all rows timed in lockstep.
-        jobs = [eng.job("target-only", prompts, "target-only", k, mnt), eng.job("spd-dm", prompts, "dm", k, mnt)]
-        trackers = {"spd-dm+ngram": GrowthTracker(eng.new_cache())}
-        jobs.append(
-            eng.job(
-                "spd-dm+ngram",
-                prompts,
-                "ngram",
-                k,
-                mnt,
-                cache=trackers["spd-dm+ngram"].cache,
-                on_verified=trackers["spd-dm+ngram"],
-            )
-        )
-        kinds = {"spd-dm+ngram": "online on the test prompts, from empty"}
-        status, extra = {}, {}
-        if s.train_prompts:
-            tracker = trackers["spd-dm+ngram_pp"] = GrowthTracker(eng.new_cache())
-            pre = self._pick(eng, train, s.train_prompts)
-            memory = eng.new_memory()
-            eng.run(
-                pre, "ngram", k, mnt, f"{name}: pre-collect cache (train)", tracker.cache, tracker, self.progress,
-                memory=memory,
-            )  # fmt: skip
-            st.pp_cache = s.out / "state" / f"ngram_cache.{name}.train.json"
-            tracker.cache.save(st.pp_cache)
-            st.pp_memory = s.out / "state" / f"answer_memory.{name}.train.json"
-            memory.save(st.pp_memory)
-            st.pp_prompts = len(pre)
-            jobs.append(eng.job("spd-dm+ngram_pp", prompts, "ngram", k, mnt, cache=tracker.cache, on_verified=tracker))
-            kinds["spd-dm+ngram_pp"] = f"pre-collected on {len(pre)} train prompts, then online"
-        else:
-            status["spd-dm+ngram_pp"] = "not run: --train-prompts 0"
+        rows = self.cache_jobs(eng, st, train)
         for method in adapted_rows.METHODS:
-            reason = (
-                adapted_rows.unavailable_reason()
-                or (
-                    f"not available: {ET_NO_HEAD} (use --backend ort or torch)"
-                    if method == "hybrid+adaptive" and be == "executorch"
-                    else None
-                )
-                or (
-                    None
-                    if s.adapt_prompts
-                    else (
-                        "not run: --quick skips adaptation (add --adapt-prompts N)"
-                        if s.quick
-                        else "not run: --adapt-prompts 0"
-                    )
-                )
-                or (None if s.adapted is None or method in s.adapted else "not run: --adapted leaves it out")
-            )
-            if reason:
-                status[method] = reason
-                continue
-            try:
-                drafter, cache, summary = adapted_rows.adapt(self, eng, name, method, train, k)
-            except Exception as exc:  # noqa: BLE001 -- one failed pass becomes a failure row, not a lost bench
-                status[method] = f"failed: {exc if isinstance(exc, OmnidraftError) else repr(exc)}".splitlines()[0]
-                continue
-            if method == "hybrid+adaptive":
-                from omnidraft.runtime.draft_length.controller import GammaController
-                from omnidraft.runtime.draft_length.policy import has_accept_head
-
-                if not has_accept_head(drafter.backend):
-                    status[method] = "failed: the adaptation pass left no acceptance head on the drafter"
-                    continue
-                eng.warm_up(self.warm_prompt, drafter)
-                # From --gamma and K_max 16, not the pass's final setting: the pass drafts with the eager
-                # drafter (~5x the exported drafter's cost per call), so its setting is biased short.
-                ctl = GammaController(gamma=s.gamma, k_max=DecodeConfig().max_draft_len)
-                tuning = self.tune_controller(eng, name, train, drafter, ctl, summary["train_prompts"])
-                jobs.append(
-                    eng.job(
-                        method, prompts, "ngram", "auto", mnt, cache=cache, drafter=drafter, gamma=ctl.gamma, tune=ctl
-                    )
-                )
-                kinds[method] = "built during adaptation (train), then online"
-                extra[method] = {"adaptation": summary, "tuning": tuning}
-                continue
-            eng.warm_up(self.warm_prompt, drafter)
-            path = self.adapted.get((name, method), {}).get("cache")
-            k_m = self.sweep(
-                eng,
-                name,
-                train,
-                method,
-                drafter,
-                lambda path=path: eng.load_cache(Path(path)) if path else eng.new_cache(),
-                skip=summary["train_prompts"],
-            )
-            st.ks[method] = k_m
-            jobs.append(eng.job(method, prompts, "ngram", k_m, mnt, cache=cache, drafter=drafter))
-            kinds[method] = "built during adaptation (train), then online"
-            extra[method] = {"adaptation": summary}
-        jobs += self.lookup_jobs(eng, st, jobs, kinds)
-        by_name = {j.name: j for j in jobs}
-        runs = interleave(jobs, len(prompts), f"{name}: {len(jobs)} rows in lockstep", self.progress)
+            self.adapted_job(eng, st, train, method, rows)
+        rows.jobs += self.lookup_jobs(eng, st, rows.jobs, rows.kinds)
+        runs = interleave(rows.jobs, len(prompts), f"{name}: {len(rows.jobs)} rows in lockstep", self.progress)
         st.base = runs["target-only"]
         for method in (*METHODS, *(m + LOOKUP for m in LOOKUP_BASES)):
             if method not in runs:
                 if not method.endswith(LOOKUP):
-                    self._add("rows", _unavailable(name, method, be, status.get(method, "not run")))
+                    self._add("rows", _unavailable(name, method, s.backend, rows.status.get(method, "not run")))
                 continue
-            row = _row(name, method, be, runs[method], st.base, kinds.get(method))
-            row.update(extra.get(method, {}))
+            row = _row(name, method, s.backend, runs[method], st.base, rows.kinds.get(method))
+            row.update(rows.extra.get(method, {}))
             self._add("rows", row)
             if method != "target-only":
                 self._add("projected", _projected(row))
             st.runs[method] = runs[method]
+        self.cache_tables(eng, st, runs, rows)
+        return st
+
+    def cache_jobs(self, eng: Engine, st: _Stream, train) -> _Rows:
+        """The rows without adaptation: target-only, spd-dm, the online cache from empty, and the cache
+        (and answer memory) pre-collected on train prompts."""
+        s, k, mnt, prompts = self.s, st.draft_len, self.s.max_new_tokens, st.prompts
+        rows = _Rows([eng.job("target-only", prompts, "target-only", k, mnt), eng.job("spd-dm", prompts, "dm", k, mnt)])
+        tracker = rows.trackers["spd-dm+ngram"] = GrowthTracker(eng.new_cache())
+        rows.jobs.append(eng.job("spd-dm+ngram", prompts, "ngram", k, mnt, cache=tracker.cache, on_verified=tracker))
+        rows.kinds["spd-dm+ngram"] = "online on the test prompts, from empty"
+        if not s.train_prompts:
+            rows.status["spd-dm+ngram_pp"] = "not run: --train-prompts 0"
+            return rows
+        tracker = rows.trackers["spd-dm+ngram_pp"] = GrowthTracker(eng.new_cache())
+        pre = self._pick(eng, train, s.train_prompts)
+        memory = eng.new_memory()
+        eng.run(
+            pre, "ngram", k, mnt, f"{st.name}: pre-collect cache (train)", tracker.cache, tracker, self.progress,
+            memory=memory,
+        )  # fmt: skip
+        st.pp_cache = s.out / "state" / f"ngram_cache.{st.name}.train.json"
+        tracker.cache.save(st.pp_cache)
+        st.pp_memory = s.out / "state" / f"answer_memory.{st.name}.train.json"
+        memory.save(st.pp_memory)
+        st.pp_prompts = len(pre)
+        rows.jobs.append(eng.job("spd-dm+ngram_pp", prompts, "ngram", k, mnt, cache=tracker.cache, on_verified=tracker))
+        rows.kinds["spd-dm+ngram_pp"] = f"pre-collected on {len(pre)} train prompts, then online"
+        return rows
+
+    def _skip_reason(self, method: str) -> str | None:
+        """Why an adapted row does not run in this bench (None: it runs)."""
+        s = self.s
+        if reason := adapted_rows.unavailable_reason():
+            return reason
+        if method == "hybrid+adaptive" and s.backend == "executorch":
+            return f"not available: {ET_NO_HEAD} (use --backend ort or torch)"
+        if not s.adapt_prompts:
+            return (
+                "not run: --quick skips adaptation (add --adapt-prompts N)" if s.quick else "not run: --adapt-prompts 0"
+            )
+        if s.adapted is not None and method not in s.adapted:
+            return "not run: --adapted leaves it out"
+        return None
+
+    def adapted_job(self, eng: Engine, st: _Stream, train, method: str, rows: _Rows) -> None:
+        """One adapted row: its pass over the train prompts, then its job (or why it has none)."""
+        s, name = self.s, st.name
+        reason = self._skip_reason(method)
+        if reason:
+            rows.status[method] = reason
+            return
+        try:
+            drafter, cache, summary = adapted_rows.adapt(self, eng, name, method, train, st.draft_len)
+        except Exception as exc:  # noqa: BLE001 -- one failed pass becomes a failure row, not a lost bench
+            rows.status[method] = f"failed: {exc if isinstance(exc, OmnidraftError) else repr(exc)}".splitlines()[0]
+            return
+        if method == "hybrid+adaptive" and not has_accept_head(drafter.backend):
+            rows.status[method] = "failed: the adaptation pass left no acceptance head on the drafter"
+            return
+        rows.kinds[method] = "built during adaptation (train), then online"
+        rows.extra[method] = {"adaptation": summary}
+        eng.warm_up(self.warm_prompt, drafter)
+        if method == "hybrid+adaptive":
+            # From --gamma and K_max 16, not the pass's final setting: the pass drafts with the eager
+            # drafter (~5x the exported drafter's cost per call), so its setting is biased short.
+            ctl = GammaController(gamma=s.gamma, k_max=DecodeConfig().max_draft_len)
+            rows.extra[method]["tuning"] = self.tune_controller(
+                eng, name, train, drafter, ctl, summary["train_prompts"]
+            )
+            rows.jobs.append(
+                eng.job(
+                    method, st.prompts, "ngram", "auto", s.max_new_tokens, cache=cache, drafter=drafter,
+                    gamma=ctl.gamma, tune=ctl,
+                )
+            )  # fmt: skip
+            return
+        path = self.adapted.get((name, method), {}).get("cache")
+        k = st.ks[method] = self.sweep(
+            eng,
+            name,
+            train,
+            method,
+            drafter,
+            lambda path=path: eng.load_cache(Path(path)) if path else eng.new_cache(),
+            skip=summary["train_prompts"],
+        )
+        rows.jobs.append(eng.job(method, st.prompts, "ngram", k, s.max_new_tokens, cache=cache, drafter=drafter))
+
+    def cache_tables(self, eng: Engine, st: _Stream, runs: dict, rows: _Rows) -> None:
+        """Growth and content of the two caches that filled while their rows ran."""
+        by_name = {j.name: j for j in rows.jobs}
         for method, source, n in (
-            ("spd-dm+ngram", "online (test)", len(prompts)),
-            ("spd-dm+ngram_pp", "train then test", st.pp_prompts + len(prompts)),
+            ("spd-dm+ngram", "online (test)", len(st.prompts)),
+            ("spd-dm+ngram_pp", "train then test", st.pp_prompts + len(st.prompts)),
         ):
             if method in runs:
-                tracker = trackers[method]
-                self.report["cache"]["growth"][f"{name}: {source}"] = tracker.finish()
+                tracker = rows.trackers[method]
+                self.report["cache"]["growth"][f"{st.name}: {source}"] = tracker.finish()
                 self.report["cache"]["tables"].append(
                     {
-                        "stream": name,
+                        "stream": st.name,
                         "source": source,
                         "prompts": n,
                         **growth_summary(tracker.points),
@@ -425,7 +438,6 @@ class Bench:
                     }
                 )
         st.full_cache_entries = len(by_name["spd-dm+ngram"].decoder.cache)
-        return st
 
     def lookup_jobs(self, eng: Engine, st: _Stream, jobs: list, kinds: dict) -> list:
         """A METHOD+lookup twin of each row in LOOKUP_BASES that runs: its drafter, its K and a copy of
@@ -466,46 +478,15 @@ class Bench:
         return eng.load_memory(Path(path)) if path else eng.new_memory()
 
     def eviction(self, eng: Engine, st: _Stream) -> None:
-        """Paper Table 14: the online cache capped at 1/4 and 1/2 of its full size, LFU vs LRU, timed in
-        lockstep with target-only, no cache and the uncapped cache (each fills from empty)."""
-        full, mnt, k = st.full_cache_entries, self.s.max_new_tokens, st.draft_len
-        out = self.report["cache"]["eviction"]
-        if full < 4:  # a cap of 1/4 would be under one entry: nothing to compare
-            out.append(
-                {"stream": st.name, "full_entries": full, "status": f"skipped: the full cache has only {full} entries"}
-            )
-            return
-        spec = [("none", None, 0, None), ("full", "lfu", None, None)]
-        spec += [
-            (label, policy, max(1, int(full * frac)), frac)
-            for frac, label in ((0.25, "1/4"), (0.5, "1/2"))
-            for policy in ("lfu", "lru")
-        ]
-        jobs = [eng.job("target-only", st.prompts, "target-only", k, mnt)]
-        for label, policy, cap, _ in spec:
-            mode = "dm" if label == "none" else "ngram"
-            cache = eng.new_cache(cap, policy) if label != "none" else None
-            jobs.append(eng.job(f"{label} {policy}", st.prompts, mode, k, mnt, cache=cache))
-        decs = {j.name: j.decoder for j in jobs}
-        runs = interleave(jobs, len(st.prompts), f"{st.name}: cache caps in lockstep", self.progress)
-        base = runs["target-only"].tokens_per_s
-        for label, policy, cap, _ in spec:
-            run = runs[f"{label} {policy}"]
-            out.append(
-                {
-                    "stream": st.name,
-                    "size": label,
-                    "policy": policy if label not in ("none", "full") else None,
-                    "capacity": cap,
-                    "full_entries": full,
-                    "final_entries": len(decs[f"{label} {policy}"].cache) if label != "none" else 0,
-                    "acceptance_rate": round(run.stats.acceptance_rate, 4),
-                    "tokens_per_s": round(run.tokens_per_s, 2),
-                    "speedup": round(run.tokens_per_s / base, 4) if base else None,
-                    "ngram_hits_per_step": run.row()["ngram_hits_per_step"],
-                    "status": "ok",
-                }
-            )
+        self.report["cache"]["eviction"] += eviction_rows(
+            eng,
+            stream=st.name,
+            prompts=st.prompts,
+            full=st.full_cache_entries,
+            draft_len=st.draft_len,
+            max_new_tokens=self.s.max_new_tokens,
+            progress=self.progress,
+        )
 
     def peers(self, st: _Stream) -> None:
         from omnidraft.bench import peer_section
