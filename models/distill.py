@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -195,6 +196,22 @@ def step_loss(
     return (1 - w) * nll + w * temp * temp * kl
 
 
+def _first_answers(ts, spec: dict[str, Any]):
+    """The set's first ``answers`` answers in prompt order (all of them without it), so one long pass
+    can train drafters on its prefixes and measure how acceptance grows with the answers seen."""
+    n = spec.get("answers")
+    if n is None:
+        return ts
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgument(f"recipe teachers.sets answers must be a whole number >= 1 (got {n!r})")
+    if n > len(ts.records):
+        raise InvalidArgument(
+            f"recipe teachers.sets asks for {n} answers of {spec['shards']}, which holds {len(ts.records)}; "
+            "lower answers or run the pass with more --prompts"
+        )
+    return replace(ts, records=ts.records[:n])
+
+
 class CrossVocabTeachers:
     """Recipe ``teachers``: stored teacher passes of real targets in other vocabularies
     (models/teacher_shards.py), each a term of the paper's hybrid loss through that teacher's direct
@@ -226,7 +243,9 @@ class CrossVocabTeachers:
             raise InvalidArgument(
                 f'recipe teachers.divergence must be "reverse" or "forward" (got {self.divergence!r})'
             )
-        self.sets = [load_teacher_set(s["shards"], drafter_tokenizer_sha256=sha) for s in spec["sets"]]
+        self.sets = [
+            _first_answers(load_teacher_set(s["shards"], drafter_tokenizer_sha256=sha), s) for s in spec["sets"]
+        ]
         self.weights = [float(s.get("weight", 1.0)) for s in spec["sets"]]
         self.seed = seed
         self._perms: dict[tuple[int, int], np.ndarray] = {}

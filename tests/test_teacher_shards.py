@@ -480,6 +480,34 @@ def test_a_batch_of_several_steps_holds_exactly_their_teacher_records(tiny_pair,
         assert [id(x) for x in wide] == [id(x) for s in range(step, step + 3) for x in t._records(0, s)]
 
 
+def test_a_set_trains_on_its_passs_first_answers_and_a_bad_count_is_refused(tiny_pair, passed):
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, _ = tiny_pair
+    path = drafter / "tokenizer.json"
+    whole = CrossVocabTeachers(
+        cross_recipe(drafter, [{"shards": str(passed)}])["teachers"], tokenizer_path=path, seed=3
+    )
+    r = cross_recipe(drafter, [{"shards": str(passed), "answers": 2}])
+    first = CrossVocabTeachers(r["teachers"], tokenizer_path=path, seed=3)
+    assert len(whole.sets[0].records) == len(TEXTS) > 2
+    assert [rec.ids.tolist() for rec in first.sets[0].records] == [
+        rec.ids.tolist() for rec in whole.sets[0].records[:2]
+    ]
+    drawn = {tuple(rec.ids.tolist()) for step in range(4) for rec in first._records(0, step)}
+    assert drawn == {tuple(rec.ids.tolist()) for rec in whole.sets[0].records[:2]}
+
+    for bad, message in (
+        (0, ">= 1"),
+        (2.5, ">= 1"),
+        (True, ">= 1"),
+        (len(TEXTS) + 1, "run the pass with more --prompts"),
+    ):
+        r["teachers"]["sets"][0]["answers"] = bad
+        with pytest.raises(InvalidArgument, match=message):
+            CrossVocabTeachers(r["teachers"], tokenizer_path=path, seed=3)
+
+
 def test_a_teacher_temperature_sharpens_the_stored_distribution_and_a_bad_one_is_refused(tiny_pair, passed):
     """teachers.temperature T trains against p^(1/T), renormalised over the intersection: the
     sharpened top-K + tail, spread back over every intersection id, is that distribution computed
