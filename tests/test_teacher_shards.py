@@ -378,18 +378,25 @@ def test_a_teacher_recipe_too_big_for_memory_is_refused_in_one_line(tiny_pair, p
     assert not (tmp_path / "out").exists()
 
 
-def test_the_committed_teacher_recipe_starts_from_the_bundled_drafter_and_names_cache_passes():
+def test_the_committed_teacher_recipe_widens_the_bundled_drafter_and_names_cache_passes():
     r = T.load_recipe("drafter-teachers")
     bundled = T.load_recipe("drafter")
-    assert r["model"] == bundled["model"] and r["tokenizer"] == bundled["tokenizer"]
-    assert r["init"]["model"] == "models/bundled/drafter" and r["init"]["layers"] == [0, 1]
+    assert r["tokenizer"] == bundled["tokenizer"] and r["model"]["vocab_size"] == bundled["model"]["vocab_size"]
+    assert r["model"]["num_hidden_layers"] == bundled["model"]["num_hidden_layers"]
+    assert r["model"]["hidden_size"] == 2 * bundled["model"]["hidden_size"]
+    assert r["init"] == {"model": "models/bundled/drafter", "layers": [0, 1], "widen": True}
     sets = r["teachers"]["sets"]
     assert all(s["shards"].startswith("cache:") for s in sets)
     # one pass per (real target, stream) the demo decodes, so the shipped drafter has seen each one write
     from omnidraft.bench.demo import REAL_TARGETS
 
-    wanted = {f"cache:{target}-{stream}-768" for target, streams in REAL_TARGETS for stream in streams}
+    wanted = {f"cache:{target}-{stream}-1000" for target, streams in REAL_TARGETS for stream in streams}
     assert {s["shards"] for s in sets} == wanted
+    # the shipped weights are this recipe's
+    from omnidraft.models.train import BUNDLED_DIR
+
+    summary = json.loads((BUNDLED_DIR / "drafter-teachers" / "training_summary.json").read_text())
+    assert summary["recipe"] == r
 
 
 def dense_loss_on_a_cut_head(b, logits, inter, kept, *, divergence: str) -> float:
