@@ -11,7 +11,8 @@ from omnidraft.atomic import check_writable
 from omnidraft.errors import InvalidArgument
 
 from . import report as reporting
-from .online import AdaptConfig, OnlineAdapter
+from .config import AdaptConfig
+from .online import OnlineAdapter
 
 
 def load_prompts(stream: str, split: str, limit: int | None, *, target: Path | None = None) -> list[str]:

@@ -166,7 +166,8 @@ class AdaptiveBench:
         return [p.prompt for p in items if self.eng.fits(p.prompt, self.s.max_new_tokens, k)][:count]
 
     def train_pass(self, stream: str, variant: str, prompts: list[str]) -> _Pass:
-        from omnidraft.adapt.online import AdaptConfig, HeadTraining, OnlineAdapter, StreamDecoding
+        from omnidraft.adapt.config import AdaptConfig, HeadTraining, StreamDecoding
+        from omnidraft.adapt.online import OnlineAdapter
         from omnidraft.bench.adapted_rows import FULL
         from omnidraft.bench.engine import adaptation_pass
 

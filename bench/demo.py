@@ -146,14 +146,8 @@ def _adapt(
     target's answers to those prompts), and a summary."""
     from tqdm import tqdm
 
-    from omnidraft.adapt.online import (
-        AdaptConfig,
-        Distillation,
-        HeadTraining,
-        OnlineAdapter,
-        StreamDecoding,
-        UpdateSchedule,
-    )
+    from omnidraft.adapt.config import AdaptConfig, Distillation, HeadTraining, StreamDecoding, UpdateSchedule
+    from omnidraft.adapt.online import OnlineAdapter
 
     auto = s.draft_len == "auto"
     cfg = AdaptConfig(

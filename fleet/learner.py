@@ -21,8 +21,9 @@ import torch
 
 from omnidraft.adapt import delta
 from omnidraft.adapt.buffer import Record
+from omnidraft.adapt.config import AdaptConfig, PublishPolicy, StreamDecoding, UpdateSchedule
 from omnidraft.adapt.guard import Measure, measure
-from omnidraft.adapt.online import AdaptConfig, OnlineAdapter, PublishPolicy, StreamDecoding, StreamLog, UpdateSchedule
+from omnidraft.adapt.online import OnlineAdapter, StreamLog
 from omnidraft.runtime.decode_config import DecodeConfig
 
 from .aggregate import Adapter

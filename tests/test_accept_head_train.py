@@ -10,16 +10,16 @@ import pytest
 import torch
 from tiny_models import make_tiny_model
 
-from omnidraft.adapt.head import HeadRecord, HeadTrainer, calibration, head_loss, labels
-from omnidraft.adapt.online import (
+from omnidraft.adapt.config import (
     AdaptConfig,
     Distillation,
     HeadTraining,
-    OnlineAdapter,
     PublishPolicy,
     StreamDecoding,
     UpdateSchedule,
 )
+from omnidraft.adapt.head import HeadRecord, HeadTrainer, calibration, head_loss, labels
+from omnidraft.adapt.online import OnlineAdapter
 from omnidraft.cli import main
 from omnidraft.runtime.decode_config import DecodeConfig
 from omnidraft.runtime.draft_length.head_file import drafter_identity, read_head

@@ -10,8 +10,9 @@ import torch
 from tiny_models import make_tiny_model
 
 from omnidraft.adapt import online
+from omnidraft.adapt.config import AdaptConfig, PublishPolicy, StreamDecoding, UpdateSchedule
 from omnidraft.adapt.guard import Measure
-from omnidraft.adapt.online import AdaptConfig, OnlineAdapter, PublishPolicy, StreamDecoding, UpdateSchedule
+from omnidraft.adapt.online import OnlineAdapter
 from omnidraft.cli import main
 from omnidraft.runtime.decode_config import DecodeConfig
 

@@ -155,14 +155,8 @@ ADAPT_STEPS = [
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory, tokenizer_path):
-    from omnidraft.adapt.online import (
-        AdaptConfig,
-        HeadTraining,
-        OnlineAdapter,
-        PublishPolicy,
-        StreamDecoding,
-        UpdateSchedule,
-    )
+    from omnidraft.adapt.config import AdaptConfig, HeadTraining, PublishPolicy, StreamDecoding, UpdateSchedule
+    from omnidraft.adapt.online import OnlineAdapter
 
     root = tmp_path_factory.mktemp("crash-adapt")
     d = make_tiny_model(root / "d", "llama", tokenizer_path("llama-spm"), seed=1)

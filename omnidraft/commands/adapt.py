@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from omnidraft.adapt.online import (
+    from omnidraft.adapt.config import (
         AdaptConfig,
         Distillation,
         HeadTraining,
