@@ -14,17 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from omnidraft.atomic import check_writable, write_json, write_text
-from omnidraft.bench import adapted_rows, environment
+from omnidraft.bench import adapted_rows, environment, table_rows
 from omnidraft.bench.cache_table import GrowthTracker, eviction_rows, growth_summary, measure_cache
 from omnidraft.bench.demo import DRAFTER_DEVICES
 from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
 from omnidraft.bench.metrics import (
     PAPER_LATENCY_S,
-    PROJECTION_TARGETS,
-    ideal_speedup,
-    paper_reference,
-    projected_speedup,
-    speedup_bound,
 )
 from omnidraft.bench.settings import LOOKUP, BenchSettings, validate
 from omnidraft.bench.streams_eval import StreamRun
@@ -105,82 +100,6 @@ class _Rows:
     kinds: dict[str, str] = field(default_factory=dict)
     extra: dict[str, dict] = field(default_factory=dict)
     trackers: dict[str, GrowthTracker] = field(default_factory=dict)
-
-
-def _row(stream: str, method: str, backend: str, run: StreamRun, base: StreamRun, cache: str | None) -> dict:
-    r = run.row()
-    st, bs = run.stats, base.stats
-    target_step = bs.target_seconds / bs.steps if bs.steps else None
-    r.update(
-        stream=stream,
-        method=method,
-        backend=backend,
-        status="ok",
-        cache=cache,
-        running_acceptance=[round(a, 4) for a in run.running_acceptance],
-        outputs_match_target_only=run.outputs == base.outputs,
-        target_ms_per_step=round(1e3 * target_step, 4) if target_step else None,
-        speedup=round(run.tokens_per_s / base.tokens_per_s, 4) if base.tokens_per_s else None,
-        decode_speedup=round(run.decode_tokens_per_s / base.decode_tokens_per_s, 4)
-        if base.decode_tokens_per_s
-        else None,
-    )
-    if method == "target-only":
-        r.update(
-            draft_len=None,
-            acceptance_rate=None,
-            ngram_hits_per_step=None,
-            split_tokens_per_step=None,
-            cost_ratio=None,
-            running_acceptance=[],
-            drafter_ms_per_call=None,
-            bound=1.0,
-            bound_ratio=r["speedup"],
-            ideal=1.0,
-            ideal_ratio=r["speedup"],
-        )
-        return r
-    drafter_call = st.drafter_seconds / st.drafter_calls if st.drafter_calls else 0.0
-    c = drafter_call / target_step if target_step else 0.0
-    calls = st.drafter_calls / st.steps if st.steps else 0.0
-    # adaptive rows (draft_len "auto"): the bound at their mean draft length
-    bound = speedup_bound(st.acceptance_rate, run.draft_len if isinstance(run.draft_len, int) else calls, c)
-    ideal = ideal_speedup(st.tokens_per_step, calls, c)
-    r.update(
-        drafter_ms_per_call=round(1e3 * drafter_call, 4),
-        cost_ratio=round(c, 4),
-        drafter_calls_per_step=round(calls, 4),
-        verify_ms_per_step=round(1e3 * st.target_seconds / st.steps, 4) if st.steps else None,
-        bound=round(bound, 4),
-        bound_ratio=round(r["speedup"] / bound, 4) if r["speedup"] and bound else None,
-        ideal=round(ideal, 4),
-        ideal_ratio=round(r["speedup"] / ideal, 4) if r["speedup"] and ideal else None,
-    )
-    if not st.proposed:  # hybrid+adaptive with drafting turned off throughout: no draft was judged
-        r.update(acceptance_rate=None, drafter_ms_per_call=None, cost_ratio=None)
-    return r
-
-
-def _unavailable(stream: str, method: str, backend: str, reason: str) -> dict:
-    return {"stream": stream, "method": method, "backend": backend, "status": reason}
-
-
-def _projected(row: dict) -> dict:
-    out = {
-        "stream": row["stream"],
-        "method": row["method"],
-        "label": "projected",
-        "tokens_per_step": row["tokens_per_step"],
-        "drafter_calls_per_step": row["drafter_calls_per_step"],
-        "acceptance_rate": row["acceptance_rate"],
-    }
-    for tgt in PROJECTION_TARGETS:
-        out[f"projected_speedup_{tgt}"] = round(
-            projected_speedup(row["tokens_per_step"], row["drafter_calls_per_step"], PAPER_LATENCY_S[tgt]), 4
-        )
-        ref = paper_reference(row["method"], row["stream"], tgt)
-        out[f"paper_acceptance_{tgt}"], out[f"paper_speedup_{tgt}"] = ref if ref else (None, None)
-    return out
 
 
 class Bench:
@@ -321,13 +240,15 @@ class Bench:
         for method in (*METHODS, *(m + LOOKUP for m in LOOKUP_BASES)):
             if method not in runs:
                 if not method.endswith(LOOKUP):
-                    self._add("rows", _unavailable(name, method, s.backend, rows.status.get(method, "not run")))
+                    self._add(
+                        "rows", table_rows.unavailable(name, method, s.backend, rows.status.get(method, "not run"))
+                    )
                 continue
-            row = _row(name, method, s.backend, runs[method], st.base, rows.kinds.get(method))
+            row = table_rows.method_row(name, method, s.backend, runs[method], st.base, rows.kinds.get(method))
             row.update(rows.extra.get(method, {}))
             self._add("rows", row)
             if method != "target-only":
-                self._add("projected", _projected(row))
+                self._add("projected", table_rows.projected(row))
             st.runs[method] = runs[method]
         self.cache_tables(eng, st, runs, rows)
         return st

@@ -608,7 +608,7 @@ def test_tune_prompts_must_not_be_negative(pair, tmp_path, capsys):
 
 
 def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
-    from omnidraft.bench.method_table import _row
+    from omnidraft.bench.table_rows import method_row
     from omnidraft.bench.streams_eval import StreamRun
     from omnidraft.runtime.decode_stats import DecodeStats
 
@@ -620,7 +620,7 @@ def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
 
     base = run("target-only", "target-only", 1, steps=3, new_tokens=3, seconds=0.03, target_seconds=0.027)
     off = run("hybrid+adaptive", "ngram", "auto", steps=3, new_tokens=3, seconds=0.031, target_seconds=0.027)
-    row = _row("math", "hybrid+adaptive", "ort", off, base, None)
+    row = method_row("math", "hybrid+adaptive", "ort", off, base, None)
     assert row["acceptance_rate"] is None and row["cost_ratio"] is None and row["drafter_ms_per_call"] is None
     assert row["tokens_per_step"] == 1.0 and row["outputs_match_target_only"] is True and row["bound"] == 1.0
     drafted = run(
@@ -636,4 +636,4 @@ def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
         seconds=0.03,
         target_seconds=0.02,
     )
-    assert _row("math", "hybrid", "ort", drafted, base, None)["acceptance_rate"] == 0.25
+    assert method_row("math", "hybrid", "ort", drafted, base, None)["acceptance_rate"] == 0.25
