@@ -608,8 +608,8 @@ def test_tune_prompts_must_not_be_negative(pair, tmp_path, capsys):
 
 
 def test_a_row_that_never_drafted_has_no_acceptance_or_cost_ratio():
-    from omnidraft.bench.table_rows import method_row
     from omnidraft.bench.streams_eval import StreamRun
+    from omnidraft.bench.table_rows import method_row
     from omnidraft.runtime.decode_stats import DecodeStats
 
     def run(name, mode, k, **stats):
