@@ -49,7 +49,7 @@ METHODS = {
         "tune_gamma": True,
     },
 }
-NEEDS = ("OnlineAdapter", "AdaptConfig")
+NEEDS = ("OnlineAdapter",)
 # A drafter trained against the real targets (a recipe with teachers) starts where a short pass at 1e-3
 # would pull it away from them; at 1e-4 its pass acceptance rises instead (docs/decisions.md, set 19).
 WARM_LR = 1e-4
@@ -95,6 +95,7 @@ def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len:
     done = bench.adapted
     if (stream, method) in done:
         return done[(stream, method)]
+    from omnidraft.adapt.config import AdaptConfig
     from omnidraft.bench.engine import adaptation_pass
 
     mod = _online()
@@ -103,7 +104,7 @@ def _pass(bench: Bench, stream: str, method: str, prompts: list[str], draft_len:
     over["lr"] = s.adapt_lr if s.adapt_lr is not None else short_pass_lr(bench.pair.drafter)
     if over.get("train_head"):
         over["gamma"] = s.gamma
-    cfg = mod.AdaptConfig.from_flat(
+    cfg = AdaptConfig.from_flat(
         max_new_tokens=s.max_new_tokens, draft_len=over.pop("draft_len", draft_len), splits=s.splits, **over
     )
     state = s.out / "state" / "adapt" / f"{stream}.{method}"

@@ -18,9 +18,7 @@ from omnidraft.bench import adapted_rows, environment, table_rows
 from omnidraft.bench.cache_table import GrowthTracker, eviction_rows, growth_summary, measure_cache
 from omnidraft.bench.demo import DRAFTER_DEVICES
 from omnidraft.bench.engine import Engine, Pair, interleave, resolve_pair, set_threads
-from omnidraft.bench.metrics import (
-    PAPER_LATENCY_S,
-)
+from omnidraft.bench.metrics import PAPER_LATENCY_S
 from omnidraft.bench.settings import LOOKUP, BenchSettings, validate
 from omnidraft.bench.streams_eval import StreamRun
 from omnidraft.errors import OmnidraftError
