@@ -226,7 +226,7 @@ class CrossVocabTeachers:
 
         from omnidraft.adapt.loss import DIVERGENCES
 
-        from .teacher_store import load_teacher_set
+        from .teacher_store import load_teacher_passes
 
         sha = hashlib.sha256(tokenizer_path.read_bytes()).hexdigest()
         self.per_step = int(spec.get("records_per_step", 8))
@@ -234,7 +234,7 @@ class CrossVocabTeachers:
         self.temperature = spec.get("temperature", 1.0)
         if self.per_step < 1 or self.seq_len < 8 or not spec.get("sets"):
             raise InvalidArgument(
-                "recipe teachers needs sets (a list of {shards, weight}), records_per_step >= 1 and seq_len >= 8"
+                "recipe teachers needs sets (a list of {shards, weight}; shards one pass folder or a list of one teacher's passes), records_per_step >= 1 and seq_len >= 8"
             )
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float) or self.temperature <= 0:
             raise InvalidArgument(f"recipe teachers.temperature must be a number > 0 (got {self.temperature!r})")
@@ -244,7 +244,7 @@ class CrossVocabTeachers:
                 f'recipe teachers.divergence must be "reverse" or "forward" (got {self.divergence!r})'
             )
         self.sets = [
-            _first_answers(load_teacher_set(s["shards"], drafter_tokenizer_sha256=sha), s) for s in spec["sets"]
+            _first_answers(load_teacher_passes(s["shards"], drafter_tokenizer_sha256=sha), s) for s in spec["sets"]
         ]
         self.weights = [float(s.get("weight", 1.0)) for s in spec["sets"]]
         self.seed = seed

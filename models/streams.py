@@ -9,6 +9,7 @@ seed range ``TEST_SEED0..``, none of which the target's training data contains.
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import re
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ def _sample(items: list, count: int, key: str) -> list:
     return items[:count]
 
 
-def _code(split: str) -> list[Prompt]:
+def _code(split: str, pool: bool = False) -> list[Prompt]:
     test = split == "test"
     he = [p for p in data.load_humaneval() if data.is_heldout(f"humaneval:{p['task_id']}") == test]
     out = [Prompt(f"code/{p['task_id']}", "code", p["prompt"], p["canonical_solution"]) for p in he]
@@ -64,19 +65,19 @@ def _code(split: str) -> list[Prompt]:
         # a test prompt must not occur verbatim anywhere in the training code.
         seen = "\n".join(d.text for d in data.train_documents("code"))
         picked = [p for p in picked if p.prompt not in seen][: COUNTS[split] * 2]
-    return out + picked[: COUNTS[split] - len(out)]
+    return out + (picked if pool else picked[: COUNTS[split] - len(out)])
 
 
 def _unique_problems(start: int, count: int, exclude: set[str]) -> list[mathgen.Problem]:
     """`count` problems from seed `start` on, skipping questions in `exclude` (small number ranges
     make an identical question under another seed possible)."""
-    out, seed = [], start
+    out, seed, seen = [], start, set(exclude)
     while len(out) < count:
         p = mathgen.make_problem(seed)
         seed += 1
-        if p.question not in exclude:
+        if p.question not in seen:
             out.append(p)
-            exclude = exclude | {p.question}
+            seen.add(p.question)
     return out
 
 
@@ -84,11 +85,11 @@ def _test_questions() -> set[str]:
     return {p.question for p in _unique_problems(TEST_SEED0, COUNTS["test"], set())}
 
 
-def _math(split: str) -> list[Prompt]:
+def _math(split: str, count: int | None = None) -> list[Prompt]:
     if split == "test":
         probs = _unique_problems(TEST_SEED0, COUNTS["test"], set())
     else:
-        probs = _unique_problems(TRAIN_SEED0, COUNTS["train"], _test_questions())
+        probs = _unique_problems(TRAIN_SEED0, count or COUNTS["train"], _test_questions())
     return [Prompt(f"math/{p.seed}", "math", f"Question: {p.question}\nAnswer:", " " + p.solution) for p in probs]
 
 
@@ -119,7 +120,7 @@ def _passages(doc: data.Document) -> list[Prompt]:
     return out
 
 
-def _text(split: str) -> list[Prompt]:
+def _text(split: str, pool: bool = False) -> list[Prompt]:
     test = split == "test"
     docs = [d for d in data.load_corpus("gutenberg") + data.load_corpus("pydoc") if data.is_heldout(d.id) == test]
     by_source: dict[str, list[Prompt]] = {"gutenberg": [], "pydoc": []}
@@ -127,8 +128,13 @@ def _text(split: str) -> list[Prompt]:
         by_source["pydoc" if d.id.startswith("pydoc:") else "gutenberg"].extend(_passages(d))
     # Half literature, half documentation prose, as the paper mixes instruction text and news.
     half = COUNTS[split] // 2
-    lit = _sample(by_source["gutenberg"], half, f"text-lit-{split}")
-    return lit + _sample(by_source["pydoc"], COUNTS[split] - len(lit), f"text-doc-{split}")
+    lit = _sample(by_source["gutenberg"], len(by_source["gutenberg"]), f"text-lit-{split}")
+    doc = _sample(by_source["pydoc"], len(by_source["pydoc"]), f"text-doc-{split}")
+    head = lit[:half] + doc[: COUNTS[split] - len(lit[:half])]
+    if not pool:
+        return head
+    rest = lit[half:], doc[COUNTS[split] - half :]
+    return head + [p for pair in itertools.zip_longest(*rest) for p in pair if p is not None]
 
 
 @functools.cache
@@ -140,6 +146,28 @@ def _load(name: str, split: str) -> tuple[Prompt, ...]:
             f"delete {data.cache_dir()} and {data.FIX_HINT}"
         )
     return tuple(prompts)
+
+
+@functools.cache
+def _pool(name: str, count: int) -> tuple[Prompt, ...]:
+    if name == "math":
+        return tuple(_math("train", count))
+    prompts = {"code": _code, "text": _text}[name]("train", pool=True)
+    head, seen = prompts[: COUNTS["train"]], {p.prompt for p in prompts[: COUNTS["train"]]}
+    # The same method sits in several modules: answering its prompt twice adds nothing.
+    more = [p for p in prompts[COUNTS["train"] :] if not (p.prompt in seen or seen.add(p.prompt))]
+    return tuple((head + more)[:count])
+
+
+def train_pool(name: str, count: int) -> list[Prompt]:
+    """The stream's train prompts and after them more from the same training documents (or math
+    seeds), ``count`` in all where the documents hold that many: the train split is the pool's
+    first ``COUNTS["train"]``, so an offline teacher pass can answer more prompts than the split has
+    and still never a held-out one. Online adaptation and evaluation keep to the split."""
+    _check(name, "train")
+    if count <= COUNTS["train"]:
+        return list(_load(name, "train"))[:count]
+    return list(_pool(name, count))
 
 
 def load_stream(name: str, split: str = "train", *, target: Path | None = None) -> list[Prompt]:

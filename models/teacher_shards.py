@@ -105,16 +105,30 @@ def corpus_texts(mix: dict[str, float], chars: int, *, seed: int = 1234) -> list
     return out
 
 
-def stream_prompts(streams: list[str], limit: int, *, teacher: str | Path) -> list[str]:
-    """The first ``limit`` train prompts of each stream, wrapped in the teacher's chat template where
-    it has one (as the runtime wraps them): held-out prompts are never answered."""
+def stream_prompts(streams: list[str], limit: int, *, teacher: str | Path, skip: int = 0) -> list[str]:
+    """``limit`` train prompts of each stream after its first ``skip``, wrapped in the teacher's chat
+    template where it has one (as the runtime wraps them). Past the split's 1,000 they come from the
+    stream's training pool (``streams.train_pool``), so a pass can extend an earlier one; held-out
+    prompts are never answered."""
     from omnidraft.models.sources import resolve
-    from omnidraft.models.streams import STREAMS, for_target, load_stream
+    from omnidraft.models.streams import STREAMS, for_target, train_pool
 
     bad = [s for s in streams if s not in STREAMS]
-    if bad or limit < 1:
-        raise InvalidArgument(f"--stream takes {', '.join(STREAMS)} and --prompts >= 1 (got {','.join(streams)})")
-    return [p.prompt for s in streams for p in for_target(load_stream(s, "train")[:limit], resolve(teacher))]
+    if bad or limit < 1 or skip < 0:
+        raise InvalidArgument(
+            f"--stream takes {', '.join(STREAMS)}, --prompts >= 1 and --skip-prompts >= 0 "
+            f"(got {','.join(streams)}, {limit}, {skip})"
+        )
+    out = []
+    for s in streams:
+        pool = train_pool(s, skip + limit)
+        if len(pool) < skip + limit:
+            raise InvalidArgument(
+                f"stream {s} has {len(pool)} training prompts, fewer than --skip-prompts {skip} + --prompts "
+                f"{limit}; ask for at most {len(pool)} in all"
+            )
+        out.extend(p.prompt for p in for_target(pool[skip:], resolve(teacher)))
+    return out
 
 
 def _map_teacher(drafter_dir: Path, teacher_dir: Path):
@@ -339,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         "teacher itself (--generate tokens each); comma-separated for several",
     )
     ap.add_argument("--prompts", type=int, default=64, help="train prompts per --stream")
+    ap.add_argument(
+        "--skip-prompts",
+        type=int,
+        default=0,
+        help="with --stream: start after this many train prompts, to extend an earlier pass with new ones",
+    )
     ap.add_argument("--generate", type=int, default=128, help="answer tokens per prompt with --stream")
     ap.add_argument("--batch", type=int, default=PassSpec.batch, help="prompts answered at once with --stream")
     ap.add_argument(
@@ -389,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         spec.validate()
         if args.stream:
-            prompts = stream_prompts(args.stream.split(","), args.prompts, teacher=args.teacher)
+            prompts = stream_prompts(args.stream.split(","), args.prompts, teacher=args.teacher, skip=args.skip_prompts)
             texts = [p for p in prompts for _ in range(args.samples)]
         else:
             texts = corpus_texts(_parse_mix(args.mix), args.chars, seed=args.seed)

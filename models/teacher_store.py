@@ -155,3 +155,22 @@ def load_teacher_set(folder: str | Path, *, drafter_tokenizer_sha256: str) -> Te
             raise DataError(f"teacher shard {path} {what}; {_rebuild_hint(m, folder)}")
         records.extend(load_shard(path, m["spec"]["k"]))
     return TeacherSet(name=m["teacher"], inter=inter, records=records, k=m["spec"]["k"])
+
+
+def load_teacher_passes(folders: str | Path | list, *, drafter_tokenizer_sha256: str) -> TeacherSet:
+    """One pass, or several passes of one teacher read as one set, their records in the order listed:
+    a pass that answers a stream's further prompts (``--skip-prompts``) extends an earlier one
+    without answering its prompts again."""
+    if not isinstance(folders, list):
+        return load_teacher_set(folders, drafter_tokenizer_sha256=drafter_tokenizer_sha256)
+    if not folders or not all(isinstance(f, str) for f in folders):
+        raise DataError(f"a teacher set's shards must be a pass folder or a list of them (got {folders!r})")
+    sets = [load_teacher_set(f, drafter_tokenizer_sha256=drafter_tokenizer_sha256) for f in folders]
+    first = sets[0]
+    for f, ts in zip(folders[1:], sets[1:]):
+        if ts.name != first.name or ts.k != first.k or not np.array_equal(ts.inter, first.inter):
+            raise DataError(
+                f"teacher pass {shards_dir(f)} ({ts.name}, top-{ts.k}) cannot extend {shards_dir(folders[0])} "
+                f"({first.name}, top-{first.k}): one set joins passes of one teacher with one k and vocabulary map"
+            )
+    return TeacherSet(name=first.name, inter=first.inter, records=[r for ts in sets for r in ts.records], k=first.k)

@@ -72,7 +72,8 @@ def records_bytes(recipe: dict[str, Any]) -> int:
     from .teacher_store import shards_dir
 
     sets = recipe.get("teachers", {}).get("sets", ())
-    return sum(2 * f.stat().st_size for s in sets for f in shards_dir(s["shards"]).glob("shard-*.safetensors"))
+    folders = [f for s in sets for f in (s["shards"] if isinstance(s["shards"], list) else [s["shards"]])]
+    return sum(2 * f.stat().st_size for d in folders for f in shards_dir(d).glob("shard-*.safetensors"))
 
 
 def _available_memory() -> int | None:

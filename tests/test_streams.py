@@ -26,6 +26,17 @@ def test_test_split_disjoint_from_train(name):
     assert not train & {p.prompt for p in streams.load_stream(name, "test")}
 
 
+def test_the_training_pool_extends_the_train_split_with_new_training_prompts_only(name):
+    train = streams.load_stream(name, "train")
+    pool = streams.train_pool(name, len(train) + 600)
+    assert len(pool) == len(train) + 600 and pool[: len(train)] == train
+    assert streams.train_pool(name, 10) == train[:10]
+    prompts = [p.prompt for p in pool]
+    assert len(set(prompts[len(train) :])) == 600 and not set(prompts[len(train) :]) & set(prompts[: len(train)])
+    assert not set(prompts) & {p.prompt for p in streams.load_stream(name, "test")}
+    assert [p.id for p in streams.train_pool(name, len(train) + 600)] == [p.id for p in pool]
+
+
 def test_test_prompts_come_from_heldout_documents():
     for p in streams.load_stream("code", "test"):
         doc_id = p.id.split("/", 1)[1].rsplit(":", 2)[0] if "stdlib:" in p.id else "humaneval:" + p.id.split("/", 1)[1]

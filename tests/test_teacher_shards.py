@@ -5,6 +5,7 @@ drafter's tokenizer, an interrupted pass) is one clear error or a resume."""
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -190,6 +191,11 @@ def test_the_cli_says_what_is_wrong_in_one_line(capsys):
         (["--stream", "code", "--sample-temperature", "-1"], "--sample-temperature must be >= 0"),
         (["--stream", "code", "--samples", "4"], "--samples must be >= 1, and > 1 only with --sample-temperature"),
         (["--sample-temperature", "1"], "--sample-temperature samples answers, so it needs --stream"),
+        (["--stream", "code", "--skip-prompts", "-1"], "--skip-prompts >= 0"),
+        (
+            ["--stream", "code", "--skip-prompts", "100000", "--prompts", "8"],
+            "training prompts, fewer than --skip-prompts 100000 + --prompts 8",
+        ),
     ):
         assert S.main(["--teacher", "x", "--drafter", "y", "--out", "z", *bad]) == 1
         err = capsys.readouterr().err.strip().splitlines()
@@ -512,6 +518,27 @@ def test_a_set_trains_on_its_passs_first_answers_and_a_bad_count_is_refused(tiny
     ):
         r["teachers"]["sets"][0]["answers"] = bad
         with pytest.raises(InvalidArgument, match=message):
+            CrossVocabTeachers(r["teachers"], tokenizer_path=path, seed=3)
+
+
+def test_a_set_of_several_passes_reads_their_records_in_order_and_refuses_another_teachers(tiny_pair, passed, tmp_path):
+    from omnidraft.models.distill import CrossVocabTeachers
+
+    drafter, target = tiny_pair
+    path = drafter / "tokenizer.json"
+    more = tmp_path / "more"
+    S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:2], out=more, spec=SPEC, progress=False)
+    one = store.load_teacher_set(passed, drafter_tokenizer_sha256=sha(drafter)).records
+    extra = store.load_teacher_set(more, drafter_tokenizer_sha256=sha(drafter)).records
+    r = cross_recipe(drafter, [{"shards": [str(passed), str(more)], "answers": len(TEXTS) + 1}])
+    joined = CrossVocabTeachers(r["teachers"], tokenizer_path=path, seed=3).sets[0].records
+    assert [x.ids.tolist() for x in joined] == [x.ids.tolist() for x in one + extra[:1]]
+
+    other = tmp_path / "other-k"
+    S.teacher_pass(teacher=target, drafter=drafter, texts=TEXTS[:2], out=other, spec=replace(SPEC, k=4), progress=False)
+    for shards, message in (([str(passed), str(other)], "cannot extend"), ([], "a list of them"), ([3], "a list")):
+        r["teachers"]["sets"][0]["shards"] = shards
+        with pytest.raises(DataError, match=message):
             CrossVocabTeachers(r["teachers"], tokenizer_path=path, seed=3)
 
 
