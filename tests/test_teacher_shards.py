@@ -392,12 +392,15 @@ def test_the_committed_teacher_recipe_widens_the_bundled_drafter_and_names_cache
     assert r["model"]["hidden_size"] == 2 * bundled["model"]["hidden_size"]
     assert r["init"] == {"model": "models/bundled/drafter", "layers": [0, 1], "widen": True}
     sets = r["teachers"]["sets"]
-    assert all(s["shards"].startswith("cache:") for s in sets)
-    # one pass per (real target, stream) the demo decodes, so the shipped drafter has seen each one write
+    passes = [p for s in sets for p in ([s["shards"]] if isinstance(s["shards"], str) else s["shards"])]
+    assert all(p.startswith("cache:") for p in passes) and len(set(passes)) == len(passes)
+    # a 1,000-answer pass per (real target, stream) the demo decodes, so the shipped drafter has seen
+    # each one write; any further pass answers one of those same pairs
     from omnidraft.bench.demo import REAL_TARGETS
 
-    wanted = {f"cache:{target}-{stream}-1000" for target, streams in REAL_TARGETS for stream in streams}
-    assert {s["shards"] for s in sets} == wanted
+    pairs = [f"cache:{target}-{stream}-" for target, streams in REAL_TARGETS for stream in streams]
+    assert {f"{pair}1000" for pair in pairs} <= set(passes)
+    assert all(any(p.startswith(pair) for pair in pairs) for p in passes)
     # the shipped weights are this recipe's
     from omnidraft.models.train import BUNDLED_DIR
 
